@@ -1,0 +1,14 @@
+"""The two kinds of error the core raises.
+
+`InputError`: the caller could have avoided it (bad kind, unknown ref, budget too small); the
+message says what to do instead. `StoreError`: the caller could not (store corrupt, model file
+missing). The MCP layer maps the first to `ToolError` and the second to `MCPError`.
+"""
+
+
+class InputError(ValueError):
+    """A request the caller can fix; nothing was written."""
+
+
+class StoreError(RuntimeError):
+    """The store or a derived index is unusable; the caller cannot fix it by retrying."""

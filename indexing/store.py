@@ -1,0 +1,389 @@
+"""The DuckDB store: the truth every index is derived from.
+
+Rows are keyed by (project, key): `ref:<ref>#<chunk>` for items with a client ref, otherwise
+`hash:<content hash>#<chunk>`, so writing the same ref updates in place and writing identical
+content again stores nothing new. Each project has a generation number, bumped by every change,
+that derived indexes record and are checked against.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+
+from .errors import InputError, StoreError
+from .units import Chunk, Item, Unit, check_project, chunk_item, content_hash
+
+MIGRATIONS: list[str] = [
+    # 1: units, per-project generations, saved slate explanations
+    """
+    CREATE SEQUENCE unit_ids START 1;
+    CREATE SEQUENCE unit_seq START 1;
+    CREATE TABLE units (
+        id BIGINT PRIMARY KEY DEFAULT nextval('unit_ids'),
+        project VARCHAR NOT NULL,
+        key VARCHAR NOT NULL,
+        kind VARCHAR NOT NULL,
+        ref VARCHAR,
+        chunk INTEGER NOT NULL,
+        content_hash VARCHAR NOT NULL,
+        text VARCHAR NOT NULL,
+        tokens INTEGER NOT NULL,
+        session VARCHAR, role VARCHAR, speaker VARCHAR, title VARCHAR, status VARCHAR,
+        supersedes BIGINT, superseded_by BIGINT, path VARCHAR, heading VARCHAR,
+        recorded_at TIMESTAMP NOT NULL,
+        seq BIGINT NOT NULL,
+        written_at TIMESTAMP NOT NULL,
+        UNIQUE (project, key)
+    );
+    CREATE TABLE projects (project VARCHAR PRIMARY KEY, generation BIGINT NOT NULL,
+                           units BIGINT NOT NULL DEFAULT 0);
+    CREATE TABLE slates (slate_id VARCHAR PRIMARY KEY, project VARCHAR NOT NULL,
+                         created_at TIMESTAMP NOT NULL, payload VARCHAR NOT NULL);
+    """,
+]
+
+UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
+                "title, status, supersedes, superseded_by, path, heading")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one item became: its unit ids (several for a chunked note) and what happened."""
+
+    ref: str | None
+    ids: tuple[int, ...]
+    outcome: str  # "stored" | "updated" | "unchanged"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    item: Item
+    hash: str
+    chunks: list[Chunk]
+
+
+def _row_to_unit(row: tuple[Any, ...]) -> Unit:
+    return Unit(*row)
+
+
+class Store:
+    """One DuckDB file. Thread-safe: a cursor per call, writes serialised by a lock."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = duckdb.connect(str(self.path))
+        except duckdb.IOException as exc:
+            raise StoreError(f"cannot open the memory store {self.path}: {exc}") from exc
+        self._write_lock = threading.Lock()
+        self._migrate()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        return self._conn.cursor()
+
+    def _migrate(self) -> None:
+        cur = self.cursor()
+        cur.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
+        done = {v for (v,) in cur.execute("SELECT version FROM schema_migrations").fetchall()}
+        for version, sql in enumerate(MIGRATIONS, start=1):
+            if version in done:
+                continue
+            cur.execute("BEGIN")
+            cur.execute(sql)
+            cur.execute("INSERT INTO schema_migrations VALUES (?, ?)", [version, _now()])
+            cur.execute("COMMIT")
+
+    @property
+    def schema_version(self) -> int:
+        return len(MIGRATIONS)
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def write(self, project: str, items: list[Item]) -> list[WriteResult]:
+        """Store a validated batch in one transaction: all items or none.
+
+        DuckDB is columnar, so the batch is planned in Python and written with one bulk upsert
+        rather than a statement per row."""
+        check_project(project)
+        prepared = [_Prepared(it, content_hash(it), chunk_item(it)) for it in items]
+        with self._write_lock:
+            cur = self.cursor()
+            cur.execute("BEGIN")
+            try:
+                results = self._write_batch(cur, project, prepared)
+                if any(r.outcome != "unchanged" for r in results):
+                    self._bump(cur, project)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return results
+
+    def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str,
+                     batch: list["_Prepared"]) -> list[WriteResult]:
+        by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref])
+        by_hash = self._existing_by_hash(cur, project, [p.hash for p in batch if not p.item.ref])
+        plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
+        rows: list[tuple[Any, ...]] = []
+        shrunk: list[tuple[str, int]] = []
+        for p in batch:
+            item = p.item
+            old = by_ref.get(item.ref, []) if item.ref else []
+            if old and old[0][1] != item.kind:
+                raise InputError(f"ref {item.ref!r} already names a {old[0][1]}, not a "
+                                 f"{item.kind}; use another ref or forget it first")
+            if old and all(row[2] == p.hash for row in old):
+                plans.append((p, "unchanged", tuple(r[0] for r in old)))
+                continue
+            if not item.ref and p.hash in by_hash:
+                plans.append((p, "unchanged", by_hash[p.hash]))
+                continue
+            keys = [f"ref:{item.ref}#{c.index}" if item.ref else f"hash:{p.hash}#{c.index}"
+                    for c in p.chunks]
+            if not item.ref:
+                by_hash[p.hash] = ()  # a second identical item in this batch is not stored again
+            rows.extend(self._row(item, p.hash, key, c) for key, c in zip(keys, p.chunks))
+            if len(old) > len(p.chunks):
+                shrunk.append((item.ref, len(p.chunks)))
+            plans.append((p, "updated" if old else "stored", keys))
+        ids = self._bulk_upsert(cur, project, rows)
+        for ref, keep in shrunk:
+            cur.execute("DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ?",
+                        [project, ref, keep])
+        results = []
+        for p, outcome, keys_or_ids in plans:
+            unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
+            if not unit_ids:  # identical to an item earlier in this batch
+                unit_ids = self._existing_by_hash(cur, project, [p.hash])[p.hash]
+            if outcome != "unchanged" and p.item.kind == "decision":
+                self._link_supersession(cur, project, unit_ids[0], p.item.supersedes)
+            results.append(WriteResult(p.item.ref, unit_ids, outcome))
+        return results
+
+    @staticmethod
+    def _row(item: Item, chash: str, key: str, chunk: Any) -> tuple[Any, ...]:
+        return (key, item.kind, item.ref, chunk.index, chash, chunk.text, chunk.tokens, item.session,
+                item.role, item.speaker, item.title, item.status, item.path, chunk.heading,
+                item.at or _now())
+
+    def _existing_by_ref(self, cur: duckdb.DuckDBPyConnection, project: str, refs: list[str]
+                         ) -> dict[str, list[tuple[int, str, str, int]]]:
+        out: dict[str, list[tuple[int, str, str, int]]] = {}
+        if refs:
+            for uid, ref, kind, chash, chunk in cur.execute(
+                    "SELECT id, ref, kind, content_hash, chunk FROM units WHERE project = ? AND ref IN "
+                    "(SELECT unnest(?)) ORDER BY ref, chunk", [project, refs]).fetchall():
+                out.setdefault(ref, []).append((uid, kind, chash, chunk))
+        return out
+
+    def _existing_by_hash(self, cur: duckdb.DuckDBPyConnection, project: str, hashes: list[str]
+                          ) -> dict[str, tuple[int, ...]]:
+        out: dict[str, list[int]] = {}
+        if hashes:
+            for chash, uid in cur.execute(
+                    "SELECT content_hash, id FROM units WHERE project = ? AND ref IS NULL AND "
+                    "content_hash IN (SELECT unnest(?)) ORDER BY chunk", [project, hashes]).fetchall():
+                out.setdefault(chash, []).append(uid)
+        return {h: tuple(ids) for h, ids in out.items()}
+
+    def _bulk_upsert(self, cur: duckdb.DuckDBPyConnection, project: str,
+                     rows: list[tuple[Any, ...]]) -> dict[str, int]:
+        if not rows:
+            return {}
+        cols = list(zip(*rows))
+        types = ["VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR",
+                 "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "TIMESTAMP"]
+        selects = ", ".join(f"unnest(?::{t}[])" for t in types)
+        returned = cur.execute(
+            f"""
+            INSERT INTO units (project, key, kind, ref, chunk, content_hash, text, tokens, session,
+                role, speaker, title, status, path, heading, recorded_at, seq, written_at)
+            SELECT ?, {selects}, nextval('unit_seq'), ?
+            ON CONFLICT (project, key) DO UPDATE SET
+                content_hash = excluded.content_hash, text = excluded.text,
+                tokens = excluded.tokens, session = excluded.session, role = excluded.role,
+                speaker = excluded.speaker, title = excluded.title, status = excluded.status,
+                path = excluded.path, heading = excluded.heading,
+                recorded_at = excluded.recorded_at, written_at = excluded.written_at
+            RETURNING key, id
+            """, [project, *[list(c) for c in cols], _now()]).fetchall()
+        return {key: int(uid) for key, uid in returned}
+
+    def _link_supersession(self, cur: duckdb.DuckDBPyConnection, project: str, new_id: int,
+                           supersedes: str | None) -> None:
+        old = cur.execute("SELECT supersedes FROM units WHERE id = ?", [new_id]).fetchone()[0]
+        if old is not None:  # an update in place may change or drop the link
+            cur.execute("UPDATE units SET superseded_by = NULL WHERE id = ? AND superseded_by = ?",
+                        [old, new_id])
+        target = None
+        if supersedes is not None:
+            target = self._resolve(cur, project, supersedes, kind="decision")
+            if target == new_id or new_id in self._chain_down(cur, target):
+                raise InputError(f"supersedes={supersedes!r} would make a cycle of decisions; "
+                                 "a decision cannot supersede itself or one of its successors")
+        cur.execute("UPDATE units SET supersedes = ? WHERE id = ?", [target, new_id])
+        if target is not None:
+            cur.execute("UPDATE units SET superseded_by = ? WHERE id = ?", [new_id, target])
+
+    def _chain_down(self, cur: duckdb.DuckDBPyConnection, start: int) -> set[int]:
+        seen: set[int] = set()
+        current: int | None = start
+        while current is not None and current not in seen:
+            seen.add(current)
+            row = cur.execute("SELECT supersedes FROM units WHERE id = ?", [current]).fetchone()
+            current = row[0] if row else None
+        return seen
+
+    def _resolve(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
+                 kind: str | None = None) -> int:
+        """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk)."""
+        ids = self._resolve_all(cur, project, ref_or_id)
+        if not ids:
+            raise InputError(f"{ref_or_id!r} names no unit in project {project!r}; "
+                             "pass a ref or id that recall_slate returned for this project")
+        if kind is not None:
+            found = cur.execute("SELECT kind FROM units WHERE id = ?", [ids[0]]).fetchone()[0]
+            if found != kind:
+                raise InputError(f"{ref_or_id!r} is a {found}; only a {kind} can be named here")
+        return ids[0]
+
+    def _resolve_all(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str) -> list[int]:
+        rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
+                           [project, ref_or_id]).fetchall()
+        if not rows and ref_or_id.lstrip("#").isdigit():
+            rows = cur.execute("SELECT id FROM units WHERE project = ? AND id = ?",
+                               [project, int(ref_or_id.lstrip("#"))]).fetchall()
+        return [r[0] for r in rows]
+
+    def ids_for(self, project: str, ref_or_id: str) -> list[int]:
+        """The unit ids a ref (all chunks) or an id names in a project; empty if none."""
+        return self._resolve_all(self.cursor(), project, ref_or_id)
+
+    def _bump(self, cur: duckdb.DuckDBPyConnection, project: str) -> None:
+        count = cur.execute("SELECT count(*) FROM units WHERE project = ?", [project]).fetchone()[0]
+        cur.execute("INSERT INTO projects VALUES (?, 1, ?) ON CONFLICT (project) DO UPDATE "
+                    "SET generation = projects.generation + 1, units = excluded.units",
+                    [project, count])
+
+    def forget(self, project: str, refs: list[str]) -> list[int]:
+        """Remove units by ref or id; unknown names fail the whole call and remove nothing."""
+        check_project(project)
+        with self._write_lock:
+            cur = self.cursor()
+            cur.execute("BEGIN")
+            try:
+                resolved = {r: self._resolve_all(cur, project, r) for r in refs}
+                missing = [r for r, ids in resolved.items() if not ids]
+                if missing:
+                    raise InputError(f"nothing to forget for {missing} in project {project!r}; "
+                                     "pass refs or ids as remember/recall_slate returned them")
+                ids = sorted({i for found in resolved.values() for i in found})
+                cur.execute("UPDATE units SET superseded_by = NULL WHERE superseded_by IN "
+                            "(SELECT unnest(?))", [ids])
+                cur.execute("UPDATE units SET supersedes = NULL WHERE supersedes IN "
+                            "(SELECT unnest(?))", [ids])
+                cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?))", [ids])
+                self._bump(cur, project)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return ids
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def generation(self, project: str) -> int:
+        row = self.cursor().execute("SELECT generation FROM projects WHERE project = ?",
+                                    [project]).fetchone()
+        return int(row[0]) if row else 0
+
+    def projects(self) -> dict[str, int]:
+        rows = self.cursor().execute(
+            "SELECT project, count(*) FROM units GROUP BY project ORDER BY project").fetchall()
+        return {p: int(n) for p, n in rows}
+
+    def index_rows(self, project: str) -> tuple[list[int], list[str], int]:
+        """Every unit of a project as (ids, index texts), with the generation they belong to."""
+        cur = self.cursor()
+        cur.execute("BEGIN")  # one snapshot for rows and generation
+        rows = cur.execute(f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? ORDER BY id",
+                           [project]).fetchall()
+        gen = cur.execute("SELECT generation FROM projects WHERE project = ?", [project]).fetchone()
+        cur.execute("COMMIT")
+        units = [_row_to_unit(r) for r in rows]
+        return [u.id for u in units], [u.index_text() for u in units], int(gen[0]) if gen else 0
+
+    def units(self, project: str, ids: Iterable[int]) -> dict[int, Unit]:
+        ids = list(ids)
+        if not ids:
+            return {}
+        rows = self.cursor().execute(
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND id IN (SELECT unnest(?))",
+            [project, ids]).fetchall()
+        return {r[0]: _row_to_unit(r) for r in rows}
+
+    def ineligible_ids(self, project: str, as_of: datetime | None) -> set[int]:
+        """Units recorded after `as_of` (none when as_of is None)."""
+        if as_of is None:
+            return set()
+        rows = self.cursor().execute("SELECT id FROM units WHERE project = ? AND recorded_at > ?",
+                                     [project, as_of]).fetchall()
+        return {r[0] for r in rows}
+
+    def session_context(self, project: str, sessions: Iterable[str]) -> dict[str, tuple[datetime, int]]:
+        """For each session: its start time and its number of units."""
+        sessions = list(sessions)
+        if not sessions:
+            return {}
+        rows = self.cursor().execute(
+            "SELECT session, min(recorded_at), count(*) FROM units WHERE project = ? AND session IN "
+            "(SELECT unnest(?)) GROUP BY session", [project, sessions]).fetchall()
+        return {s: (at, int(n)) for s, at, n in rows}
+
+    def session_positions(self, project: str, sessions: Iterable[str]) -> dict[int, int]:
+        """Each unit's 0-based position within its session, in (at, seq) order."""
+        sessions = list(sessions)
+        if not sessions:
+            return {}
+        rows = self.cursor().execute(
+            "SELECT id, row_number() OVER (PARTITION BY session ORDER BY recorded_at, seq) - 1 FROM units "
+            "WHERE project = ? AND session IN (SELECT unnest(?))", [project, sessions]).fetchall()
+        return {i: int(p) for i, p in rows}
+
+    def count_units(self, project: str) -> int:
+        return int(self.cursor().execute("SELECT count(*) FROM units WHERE project = ?",
+                                         [project]).fetchone()[0])
+
+    def units_outside(self, project: str) -> int:
+        """How many units other projects hold, from the per-project counters (no row is read)."""
+        row = self.cursor().execute("SELECT coalesce(sum(units), 0) FROM projects "
+                                    "WHERE project <> ?", [project]).fetchone()
+        return int(row[0])
+
+    # ---- slates -------------------------------------------------------------------------------
+
+    def save_slate(self, slate_id: str, project: str, payload: dict[str, Any]) -> None:
+        with self._write_lock:
+            self.cursor().execute("INSERT INTO slates VALUES (?, ?, ?, ?)",
+                                  [slate_id, project, _now(), json.dumps(payload)])
+
+    def load_slate(self, slate_id: str) -> tuple[str, dict[str, Any]] | None:
+        row = self.cursor().execute("SELECT project, payload FROM slates WHERE slate_id = ?",
+                                    [slate_id]).fetchone()
+        return (row[0], json.loads(row[1])) if row else None

@@ -1,0 +1,46 @@
+"""Configuration, read once at the composition root into one frozen object passed down."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import platformdirs
+
+from ..indexing.errors import InputError
+from ..indexing.units import check_project
+
+HOME_ENV = "AGENTMEMREC_HOME"
+
+
+def default_home(env: Mapping[str, str] = os.environ) -> Path:
+    """All data lives here: `AGENTMEMREC_HOME`, else the platform's user data dir."""
+    return Path(env.get(HOME_ENV) or platformdirs.user_data_dir("agentmemrec", appauthor=False))
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    project: str = "default"
+    allowed: frozenset[str] = frozenset({"default"})
+    pool_size: int = 128
+
+    @classmethod
+    def load(cls, project: str | None = None, allow: str | list[str] | None = None,
+             env: Mapping[str, str] = os.environ, **extra: object) -> "Settings":
+        """The default project is always allowed; `allow` adds more (comma-separated or a list)."""
+        project = check_project(project or env.get("AGENTMEMREC_PROJECT") or "default")
+        names = allow.split(",") if isinstance(allow, str) else list(allow or [])
+        allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
+        return cls(home=default_home(env), project=project, allowed=allowed, **extra)  # type: ignore[arg-type]
+
+    def resolve_project(self, project: str | None) -> str:
+        """The project a call works on; names outside the allowed set are refused."""
+        name = project or self.project
+        if name not in self.allowed:
+            raise InputError(f"project {name!r} is not served by this server; allowed: "
+                             f"{', '.join(sorted(self.allowed))} (start the server with "
+                             "--allow to serve more)")
+        return name

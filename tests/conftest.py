@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+from mcp import Client
+
+from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.app import create_server
+from agentmemrec.server.settings import Settings
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def memory(home: Path) -> Memory:
+    mem = Memory.open(home)
+    yield mem
+    mem.close()
+
+
+def settings_for(home: Path, project: str = "alpha", allow: str = "") -> Settings:
+    return Settings(home=home, project=project, allowed=frozenset({project, *filter(None, allow.split(","))}))
+
+
+@pytest.fixture
+async def client(home: Path) -> AsyncIterator[Client]:
+    async with Client(create_server(settings_for(home, "alpha", "beta"))) as c:
+        yield c

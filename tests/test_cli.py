@@ -1,0 +1,38 @@
+"""The command line: import with all-or-nothing validation, recall, explain, forget."""
+
+from __future__ import annotations
+
+import json
+
+from agentmemrec.server.cli import main
+
+
+def test_import_then_recall_then_explain(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text("\n".join(json.dumps({"kind": "turn", "text": f"Service {i} uses gRPC on port {9000 + i}.",
+                                         "ref": f"svc-{i}", "session": "s"}) for i in range(30)))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    assert "30 items read, 30 stored" in capsys.readouterr().out
+    assert main(["recall", "which port does service 7 use", "--project", "infra", "--budget", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "[#" in out and "svc-7" in out
+    slate_id = out.rsplit("agentmemrec explain ", 1)[1].split(")")[0]
+    assert main(["explain", slate_id, "--ref", "svc-7"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["diagnosis"][0]["stage"] == "in_slate"
+
+
+def test_a_bad_line_fails_the_import_and_writes_nothing(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "fine"}) + "\n" + json.dumps({"kind": "nope", "text": "x"}))
+    assert main(["import", str(src), "--project", "infra"]) == 2
+    assert "line 2: unknown kind 'nope'" in capsys.readouterr().err
+    assert main(["recall", "fine", "--project", "infra", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == []
+
+
+def test_invalid_json_names_its_line(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text('{"kind": "turn", "text": "ok"}\n{broken\n')
+    assert main(["import", str(src), "--project", "infra"]) == 2
+    assert "items.jsonl:2: not valid JSON" in capsys.readouterr().err

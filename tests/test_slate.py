@@ -1,0 +1,85 @@
+"""Stage 4: the slate builder against a brute-force reference, and its budget invariant."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentmemrec.indexing.tokens import count_tokens
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking.candidates import Candidate
+from agentmemrec.ranking.ranker import ScoredCandidate
+from agentmemrec.ranking.slate import SlateInputs, build_slate, render
+
+T0 = datetime(2026, 1, 1)
+words = st.sampled_from(["deploy", "helm", "the", "cache", "é", "日本", "\n", "##", "[#1]", "x" * 30, "  ", "42"])
+texts = st.lists(words, min_size=1, max_size=60).map(" ".join).filter(lambda t: t.strip())
+
+
+@st.composite
+def unit_lists(draw):
+    n = draw(st.integers(1, 14))
+    units = []
+    for i in range(n):
+        kind = draw(st.sampled_from(["turn", "turn", "decision", "note"]))
+        units.append(Unit(
+            id=i + 1, project="p", kind=kind, text=draw(texts), tokens=0, at=T0 + timedelta(hours=i), seq=i,
+            ref=draw(st.none() | st.just(f"r{i}")), session=draw(st.sampled_from(["a", "b", None])) if kind == "turn" else None,
+            role="user", speaker=draw(st.none() | st.just("Ana")), title="T" if kind == "decision" else None,
+            status=draw(st.sampled_from(["accepted", "proposed", "rejected"])) if kind == "decision" else None,
+            path="docs/x.md" if kind == "note" else None))
+    return units
+
+
+def ranked_of(units: list[Unit]) -> list[ScoredCandidate]:
+    return [ScoredCandidate(Candidate(u, i, {}, 0.0), 0.0, i) for i, u in enumerate(units, 1)]
+
+
+def inputs_of(units: list[Unit]) -> SlateInputs:
+    starts = {}
+    for u in units:
+        if u.session:
+            starts[u.session] = min(starts.get(u.session, u.at), u.at)
+    return SlateInputs({}, starts)
+
+
+def brute_force(units: list[Unit], budget: int, inputs: SlateInputs) -> list[int]:
+    """Walk the ranking; keep a unit if the whole rendered context still fits."""
+    chosen: list[Unit] = []
+    for u in units:
+        if count_tokens(render("s_x", "p", chosen + [u], inputs)) <= budget:
+            chosen.append(u)
+    return [u.id for u in chosen]
+
+
+@settings(max_examples=120, deadline=None)
+@given(unit_lists(), st.integers(200, 900))
+def test_slate_never_exceeds_its_budget_headers_included(units, budget):
+    inputs = inputs_of(units)
+    slate = build_slate("s_x", "p", ranked_of(units), budget, inputs)
+    assert count_tokens(slate.context) == slate.tokens_used <= budget
+
+
+@settings(max_examples=120, deadline=None)
+@given(unit_lists(), st.integers(200, 700))
+def test_slate_equals_the_brute_force_greedy_fill(units, budget):
+    inputs = inputs_of(units)
+    slate = build_slate("s_x", "p", ranked_of(units), budget, inputs)
+    assert [it.unit.id for it in slate.items] == brute_force(units, budget, inputs)
+
+
+def test_an_item_that_does_not_fit_is_skipped_and_the_walk_goes_on():
+    big = Unit(1, "p", "turn", "word " * 400, 0, T0, 1, session="a", role="user")
+    small = Unit(2, "p", "turn", "short fact", 0, T0, 2, session="a", role="user")
+    slate = build_slate("s_x", "p", ranked_of([big, small]), 200, inputs_of([big, small]))
+    assert [it.unit.id for it in slate.items] == [2]
+    assert slate.outcomes == {1: "skipped_over_budget", 2: "in_slate"}
+
+
+def test_sessions_render_in_chronological_order_with_their_start_date():
+    late = Unit(1, "p", "turn", "later", 0, T0 + timedelta(days=3), 1, session="b", role="user")
+    early = Unit(2, "p", "turn", "earlier", 0, T0, 2, session="a", role="assistant")
+    context = build_slate("s_x", "p", ranked_of([late, early]), 500, inputs_of([late, early])).context
+    assert context.index("## session a (2026-01-01 00:00)") < context.index("## session b (2026-01-04 00:00)")

@@ -1,0 +1,98 @@
+"""Stage 1: the DuckDB store and the write path, on real files."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store import MIGRATIONS, Store
+from agentmemrec.indexing.units import validate_batch
+from agentmemrec.ranking.memory import Memory
+
+
+def write(store: Store, project: str, *raw: dict) -> list:
+    return store.write(project, validate_batch(list(raw)))
+
+
+def test_migrations_are_numbered_and_applied_once(tmp_path):
+    path = tmp_path / "m.duckdb"
+    Store(path).close()
+    store = Store(path)
+    versions = [v for (v,) in store.cursor().execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()]
+    assert versions == list(range(1, len(MIGRATIONS) + 1))
+    store.close()
+
+
+def test_units_survive_a_restart_with_their_ids_and_token_counts(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [res] = write(store, "p", {"kind": "turn", "text": "hello world", "ref": "r"})
+    store.close()
+    store = Store(tmp_path / "m.duckdb")
+    unit = store.units("p", res.ids)[res.ids[0]]
+    assert (unit.ref, unit.text, unit.tokens) == ("r", "hello world", 2)
+    store.close()
+
+
+def test_a_failing_item_rolls_back_the_whole_batch(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    with pytest.raises(InputError, match="names no unit"):
+        write(store, "p", {"kind": "turn", "text": "first"},
+              {"kind": "decision", "text": "second", "supersedes": "missing"})
+    assert store.count_units("p") == 0 and store.generation("p") == 0
+    store.close()
+
+
+def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    a, b = write(store, "p", {"kind": "decision", "ref": "a", "text": "old"},
+                 {"kind": "decision", "ref": "b", "text": "new", "supersedes": "a"})
+    units = store.units("p", [a.ids[0], b.ids[0]])
+    assert units[a.ids[0]].superseded_by == b.ids[0] and units[b.ids[0]].supersedes == a.ids[0]
+    store.close()
+
+
+def test_a_supersedes_cycle_is_refused(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "p", {"kind": "decision", "ref": "a", "text": "A"},
+          {"kind": "decision", "ref": "b", "text": "B", "supersedes": "a"})
+    with pytest.raises(InputError, match="cycle"):
+        write(store, "p", {"kind": "decision", "ref": "a", "text": "A again", "supersedes": "b"})
+    store.close()
+
+
+def test_supersedes_must_name_a_decision_of_the_same_project(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "other", {"kind": "decision", "ref": "x", "text": "elsewhere"})
+    write(store, "p", {"kind": "turn", "ref": "t", "text": "a turn"})
+    with pytest.raises(InputError, match="names no unit"):
+        write(store, "p", {"kind": "decision", "text": "n", "supersedes": "x"})
+    with pytest.raises(InputError, match="only a decision"):
+        write(store, "p", {"kind": "decision", "text": "n", "supersedes": "t"})
+    store.close()
+
+
+def test_a_note_rewritten_shorter_loses_its_extra_chunks(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    long = "\n\n".join(f"# H{i}\n\n" + "word " * 50 for i in range(5))
+    [first] = write(store, "p", {"kind": "note", "path": "a.md", "text": long})
+    [second] = write(store, "p", {"kind": "note", "path": "a.md", "text": "# H0\n\nshort now"})
+    assert len(first.ids) == 5 and second.ids == first.ids[:1] and second.outcome == "updated"
+    assert store.count_units("p") == 1
+    store.close()
+
+
+def test_changing_a_refs_kind_is_refused(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "p", {"kind": "turn", "ref": "r", "text": "t"})
+    with pytest.raises(InputError, match="already names a turn"):
+        write(store, "p", {"kind": "decision", "ref": "r", "text": "d"})
+    store.close()
+
+
+def test_the_store_is_a_real_duckdb_file(tmp_path, memory):
+    memory.remember("p", [{"kind": "turn", "text": "on disk"}])
+    memory.close()
+    con = duckdb.connect(str(memory.store.path), read_only=True)
+    assert con.execute("SELECT text FROM units").fetchall() == [("on disk",)]
+    con.close()
