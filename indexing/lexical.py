@@ -153,3 +153,14 @@ class Bm25Channel:
 
     def search(self, project: str, query: str, k: int, exclude: set[int]) -> list[LexicalHit]:
         return self.index.snapshot(project).search(query, k, exclude)
+
+    def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
+        """BM25 scores of given units (0 for a unit that shares no term with the query)."""
+        snap = self.index.snapshot(project)
+        if not len(snap.ids) or not ids:
+            return {}
+        wanted = np.asarray(ids, dtype=np.int64)
+        pos = np.clip(np.searchsorted(snap.ids, wanted), 0, len(snap.ids) - 1)
+        ok = snap.ids[pos] == wanted
+        scores = snap.scores(query)
+        return dict(zip(wanted[ok].tolist(), scores[pos[ok]].tolist()))

@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import duckdb
 
@@ -47,10 +48,18 @@ MIGRATIONS: list[str] = [
     CREATE TABLE slates (slate_id VARCHAR PRIMARY KEY, project VARCHAR NOT NULL,
                          created_at TIMESTAMP NOT NULL, payload VARCHAR NOT NULL);
     """,
+    # 2: dense vectors, keyed by unit, model identity and the content they were computed from
+    """
+    CREATE TABLE vectors (unit_id BIGINT NOT NULL, model VARCHAR NOT NULL,
+                          content_hash VARCHAR NOT NULL, vec BLOB NOT NULL,
+                          PRIMARY KEY (unit_id, model));
+    CREATE TABLE vector_state (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
+                               generation BIGINT NOT NULL, PRIMARY KEY (project, model));
+    """,
 ]
 
 UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
-                "title, status, supersedes, superseded_by, path, heading")
+                "title, status, supersedes, superseded_by, path, heading, content_hash")
 
 
 @dataclass(frozen=True)
@@ -271,6 +280,19 @@ class Store:
                                [project, int(ref_or_id.lstrip("#"))]).fetchall()
         return [r[0] for r in rows]
 
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor inside one write transaction, serialised with every other write."""
+        with self._write_lock:
+            cur = self.cursor()
+            cur.execute("BEGIN")
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
     def ids_for(self, project: str, ref_or_id: str) -> list[int]:
         """The unit ids a ref (all chunks) or an id names in a project; empty if none."""
         return self._resolve_all(self.cursor(), project, ref_or_id)
@@ -338,6 +360,15 @@ class Store:
             [project, ids]).fetchall()
         return {r[0]: _row_to_unit(r) for r in rows}
 
+    def units_by_id(self, ids: Iterable[int]) -> dict[int, Unit]:
+        """Units by id in any project: for maintenance work (embedding), never for a request."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        rows = self.cursor().execute(
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
+        return {r[0]: _row_to_unit(r) for r in rows}
+
     def ineligible_ids(self, project: str, as_of: datetime | None) -> set[int]:
         """Units recorded after `as_of` (none when as_of is None)."""
         if as_of is None:
@@ -345,26 +376,6 @@ class Store:
         rows = self.cursor().execute("SELECT id FROM units WHERE project = ? AND recorded_at > ?",
                                      [project, as_of]).fetchall()
         return {r[0] for r in rows}
-
-    def session_context(self, project: str, sessions: Iterable[str]) -> dict[str, tuple[datetime, int]]:
-        """For each session: its start time and its number of units."""
-        sessions = list(sessions)
-        if not sessions:
-            return {}
-        rows = self.cursor().execute(
-            "SELECT session, min(recorded_at), count(*) FROM units WHERE project = ? AND session IN "
-            "(SELECT unnest(?)) GROUP BY session", [project, sessions]).fetchall()
-        return {s: (at, int(n)) for s, at, n in rows}
-
-    def session_positions(self, project: str, sessions: Iterable[str]) -> dict[int, int]:
-        """Each unit's 0-based position within its session, in (at, seq) order."""
-        sessions = list(sessions)
-        if not sessions:
-            return {}
-        rows = self.cursor().execute(
-            "SELECT id, row_number() OVER (PARTITION BY session ORDER BY recorded_at, seq) - 1 FROM units "
-            "WHERE project = ? AND session IN (SELECT unnest(?))", [project, sessions]).fetchall()
-        return {i: int(p) for i, p in rows}
 
     def count_units(self, project: str) -> int:
         return int(self.cursor().execute("SELECT count(*) FROM units WHERE project = ?",

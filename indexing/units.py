@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, get_args
 
@@ -82,7 +82,7 @@ class Unit:
     superseded_by: int | None = None
     path: str | None = None
     heading: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    content_hash: str = ""
 
     def index_text(self) -> str:
         """The text the lexical and dense channels see: content plus the fields a query names."""

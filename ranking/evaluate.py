@@ -8,6 +8,7 @@ product's selection (`Memory.select` then `Memory.build` per budget, the code `r
 from __future__ import annotations
 
 import json
+import logging
 import random
 import statistics
 import sys
@@ -17,16 +18,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import duckdb
 from tqdm import tqdm
 
+from ..indexing.embedder import Embedder
 from ..indexing.errors import InputError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
 from ..indexing.store import Store
-from .benchmarks import DATASETS, Case, Question, read_cases
-from .memory import Memory, RecallConfig, Selection
+from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingCache, embed_pending
+from .benchmarks import Case, Question, read_cases
+from ..indexing.models import INSTALL_HINT
+from .cross_encoder import Reranker, load_reranker
+from .learned import LearnedRanker, RankerModel
+from .memory import Memory, RecallConfig, Selection, build, load_embedder
+from .ranker import CrossEncoderRanker, Ranker
 from .metrics import Outcome, by_category, summarize
 
+log = logging.getLogger(__name__)
 PROJECT = "eval"
+FEATURES_VARIANT = "features"
 DEFAULT_BUDGETS = (2400, 2550, 2700)
 WRITE_BATCH = 1000
 
@@ -35,11 +45,82 @@ class Unavailable(Exception):
     """A variant whose models are not installed: reported, never silently replaced."""
 
 
-def _bm25(store: Store, home: Path, config: RecallConfig) -> Memory:
-    return Memory(store, [Bm25Channel(LexicalIndex(store, home / "index" / "bm25"))], config=config)
+@dataclass(frozen=True)
+class EvalModels:
+    """Models loaded once for a whole run, and the embedding cache shared by its stores."""
+
+    embedder: Embedder | None = None
+    reranker: Reranker | None = None
+    cache: EmbeddingCache | None = None
+    missing: str = "no embedder installed"
+    ranker_model: RankerModel | None = None  # default: the model shipped in the package
 
 
-VARIANTS: dict[str, Callable[[Store, Path, RecallConfig], Memory]] = {"bm25": _bm25}
+class CaseStores:
+    """One case's temporary store and the derived indexes its variants share."""
+
+    def __init__(self, root: Path, models: EvalModels, config: RecallConfig) -> None:
+        self.store = Store(root / "memory.duckdb")
+        self.models = models
+        self.config = config
+        self.bm25 = Bm25Channel(LexicalIndex(self.store, root / "index" / "bm25"))
+        self.dense_index = DenseIndex(self.store, models.embedder) if models.embedder else None
+
+    def dense(self) -> DenseChannel:
+        if self.dense_index is None:
+            raise Unavailable(self.models.missing)
+        return DenseChannel(self.dense_index)
+
+    def reranker(self) -> Reranker:
+        if self.models.reranker is None:
+            raise Unavailable(f"no reranker installed; install one with: agentmemrec models install "
+                              "BAAI/bge-reranker-v2-m3 --as reranker")
+        return self.models.reranker
+
+    def ranker_model(self) -> RankerModel:
+        return self.models.ranker_model or RankerModel.load()
+
+    def memory(self, channels: list, ranker: Ranker | None = None) -> Memory:
+        return Memory(self.store, channels, ranker, self.config, dense=self.dense_index)
+
+
+VARIANTS: dict[str, Callable[[CaseStores], Memory]] = {
+    "bm25": lambda c: c.memory([c.bm25]),
+    "dense": lambda c: c.memory([c.dense()]),
+    "rrf": lambda c: c.memory([c.bm25, c.dense()]),
+    "rerank": lambda c: c.memory([c.bm25, c.dense()], CrossEncoderRanker(c.reranker())),
+    "full": lambda c: c.memory([c.bm25, c.dense()], LearnedRanker(c.ranker_model(), c.models.reranker)),
+    # features only, in pool order: what training and cross-validation collect
+    FEATURES_VARIANT: lambda c: c.memory([c.bm25, c.dense()], LearnedRanker(None, c.models.reranker)),
+}
+
+
+def load_models(home: Path, variants: Sequence[str], device: str = "auto",
+                rerank_limit: int | None = None, cache: bool = True,
+                ranker_model: RankerModel | None = None) -> EvalModels:
+    """The active models of `home`, loaded only if a requested variant needs them."""
+    check_variants(variants)
+    needs_dense = any(v != "bm25" for v in variants)
+    embedder = load_embedder(home, device) if needs_dense else None
+    reranker = load_reranker(home, device, rerank_limit) if "rerank" in variants or "full" in variants else None
+    return EvalModels(embedder, reranker, open_cache(home) if cache and embedder is not None else None,
+                      f"no embedder installed under {home}; install one with: {INSTALL_HINT}", ranker_model)
+
+
+def check_variants(variants: Sequence[str]) -> list[str]:
+    unknown = [v for v in variants if v not in VARIANTS or v == FEATURES_VARIANT]
+    if unknown:
+        names = ", ".join(v for v in VARIANTS if v != FEATURES_VARIANT)
+        raise InputError(f"unknown variant(s) {unknown}; available: {names}")
+    return list(variants)
+
+
+def open_cache(home: Path) -> EmbeddingCache | None:
+    try:
+        return EmbeddingCache(home / "cache" / "embeddings.duckdb")
+    except duckdb.IOException as exc:  # another evaluation holds it: run without, say so
+        log.warning("embedding cache unavailable (%s); embedding without it", str(exc).split(":")[0])
+        return None
 
 
 @dataclass
@@ -68,87 +149,117 @@ def _lost_to(selection: Selection, slate_refs: set[str], evidence: frozenset[str
 
 def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: Sequence[int],
              limit: int | None = None, seed: int = 0, pool_size: int = 128,
-             per_question: list[dict[str, Any]] | None = None) -> tuple[list[VariantRun], dict[str, float]]:
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise InputError(f"unknown variant(s) {unknown}; available: {', '.join(VARIANTS)}")
+             per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
+             keep: Keeper | None = None) -> tuple[list[VariantRun], dict[str, float]]:
+    """Run each variant on each question. With `keep`, the hidden features variant runs too and
+    its selections go to `keep` (for cross-validated training) instead of being scored."""
+    variants = check_variants(variants) + ([FEATURES_VARIANT] if keep is not None else [])
     cases = list(read_cases(dataset, paths))
     chosen = select_questions(cases, limit, seed)
     runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}) for v in variants}
-    ingest_units, ingest_s = 0, 0.0
+    cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}
     config = RecallConfig(pool_size=pool_size)
-    bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=None)
+    bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=False, mininterval=1.0)
     for case in cases:
         questions = [q for q in case.questions if q.qid in chosen]
         if not questions:
             continue
         with tempfile.TemporaryDirectory(prefix="agentmemrec-eval-") as tmp:
-            store = Store(Path(tmp) / "memory.duckdb")
+            stores = CaseStores(Path(tmp), models, config)
             try:
-                memories = _open_variants(runs, store, Path(tmp), config)
-                start = time.perf_counter()
-                _ingest(memories, case)
-                ingest_s += time.perf_counter() - start
-                ingest_units += len(case.items)
+                memories = _open_variants(runs, stores)
+                _ingest(stores, memories, case, cost)
                 for q in questions:
-                    _ask(q, case, memories, runs, budgets, per_question)
+                    _ask(q, case, memories, runs, budgets, per_question, keep)
                     bar.update(1)
             finally:
-                store.close()
+                stores.store.close()
     bar.close()
-    return list(runs.values()), {"ingest_units": ingest_units, "ingest_s": ingest_s}
+    return [r for r in runs.values() if r.name != FEATURES_VARIANT], cost
 
 
-def _open_variants(runs: dict[str, VariantRun], store: Store, home: Path, config: RecallConfig
-                   ) -> dict[str, Memory]:
+def _open_variants(runs: dict[str, VariantRun], stores: CaseStores) -> dict[str, Memory]:
     memories = {}
     for name, run in runs.items():
         try:
-            memories[name] = VARIANTS[name](store, home, config)
+            memories[name] = VARIANTS[name](stores)
         except Unavailable as exc:
             run.unavailable = str(exc)
     return memories
 
 
-def _ingest(memories: dict[str, Memory], case: Case) -> None:
+def _ingest(stores: CaseStores, memories: dict[str, Memory], case: Case, cost: dict[str, float]) -> None:
+    """Write through `remember`, then embed what a dense variant needs (the product's background
+    worker does this after `remember` returns; here it is awaited and timed apart)."""
     if not memories:
         return
+    start = time.perf_counter()
     writer = next(iter(memories.values()))
-    for start in range(0, len(case.items), WRITE_BATCH):
-        writer.remember(PROJECT, case.items[start:start + WRITE_BATCH])
+    for i in range(0, len(case.items), WRITE_BATCH):
+        writer.remember(PROJECT, case.items[i:i + WRITE_BATCH])
+    cost["ingest_s"] += time.perf_counter() - start
+    cost["ingest_units"] += len(case.items)
+    if stores.dense_index is not None and any(m.dense for m in memories.values()):
+        start = time.perf_counter()
+        cost["embed_units"] += embed_pending(stores.dense_index.vectors, stores.models.embedder,
+                                             PROJECT, stores.models.cache)
+        cost["embed_s"] += time.perf_counter() - start
     for memory in memories.values():
         memory.warm(PROJECT)
 
 
 def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, VariantRun],
-         budgets: Sequence[int], per_question: list[dict[str, Any]] | None) -> None:
+         budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None) -> None:
     for name, memory in memories.items():
         t0 = time.perf_counter()
         selection = memory.select(PROJECT, q.text, q.as_of)
         select_ms = (time.perf_counter() - t0) * 1000
-        pool = frozenset(c.unit.ref for c in selection.pool.candidates)
-        record: dict[str, Any] = {"variant": name, "case": case.case_id, "qid": q.qid,
-                                  "category": q.category, "question": q.text,
-                                  "evidence": sorted(q.evidence), "in_pool": sorted(q.evidence & pool),
-                                  "in_slate": {}}
-        for budget in budgets:
-            t1 = time.perf_counter()
-            slate = memory.build(selection, budget)
-            runs[name].latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
-            refs = {it.unit.ref for it in slate.items}
-            lost = None
-            if q.evidence <= pool and not q.evidence <= refs:
-                lost = _lost_to(selection, refs, q.evidence)
-            runs[name].outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost))
-            record["in_slate"][str(budget)] = sorted(q.evidence & refs)
-        if per_question is not None:
-            per_question.append(record)
+        if keep is not None and name == FEATURES_VARIANT:
+            keep(Kept(case.case_id, q, selection, select_ms))
+            continue
+        record_selection(runs[name], case.case_id, q, selection, select_ms, budgets, per_question)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A question's selection kept for cross-validated ranking (pool, features, slate inputs)."""
+
+    case_id: str
+    question: Question
+    selection: Selection
+    select_ms: float
+
+
+Keeper = Callable[[Kept], None]
+
+
+def record_selection(run: VariantRun, case_id: str, q: Question, selection: Selection, select_ms: float,
+                     budgets: Sequence[int], per_question: list[dict[str, Any]] | None) -> None:
+    """Build the slate at each budget and compare it with the evidence."""
+    pool = frozenset(c.unit.ref for c in selection.pool.candidates)
+    record: dict[str, Any] = {"variant": run.name, "case": case_id, "qid": q.qid, "category": q.category,
+                              "question": q.text, "as_of": q.as_of.isoformat() if q.as_of else None,
+                              "evidence": sorted(q.evidence), "in_pool": sorted(q.evidence & pool),
+                              "in_slate": {}}
+    for budget in budgets:
+        t1 = time.perf_counter()
+        slate = build(selection, budget)
+        run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
+        refs = {it.unit.ref for it in slate.items}
+        lost = None
+        if q.evidence <= pool and not q.evidence <= refs:
+            lost = _lost_to(selection, refs, q.evidence)
+        run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost))
+        record["in_slate"][str(budget)] = sorted(q.evidence & refs)
+    if per_question is not None:
+        per_question.append(record)
 
 
 def records(dataset: str, runs: list[VariantRun], cost: dict[str, float]) -> list[dict[str, Any]]:
     """One JSON record per (variant, budget)."""
     out = []
     ingest_rate = cost["ingest_units"] / cost["ingest_s"] if cost["ingest_s"] else None
+    embed_rate = cost["embed_units"] / cost["embed_s"] if cost["embed_s"] else None
     for run in runs:
         for budget, outcomes in run.outcomes.items():
             lat = sorted(run.latency_ms[budget])
@@ -158,7 +269,7 @@ def records(dataset: str, runs: list[VariantRun], cost: dict[str, float]) -> lis
                 **summarize(outcomes), "by_category": by_category(outcomes),
                 "recall_p50_ms": statistics.median(lat) if lat else None,
                 "recall_p95_ms": lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else None,
-                "ingest_units_per_s": ingest_rate,
+                "ingest_units_per_s": ingest_rate, "embed_units_per_s": embed_rate,
             })
     return out
 

@@ -9,12 +9,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..indexing.errors import InputError
+from ..indexing.embedder import Embedder, OnnxEmbedder
+from ..indexing.errors import InputError, StoreError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
+from ..indexing.sessions import SessionIndex, SessionSnapshot
+from ..indexing.models import INSTALL_HINT, active, models_dir
+from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
 from ..indexing.store import Store, WriteResult
 from ..indexing.units import Unit, check_project, parse_time, validate_batch
 from .candidates import Channel, Pool, generate_pool
-from .ranker import PoolOrderRanker, Ranker, ScoredCandidate
+from .cross_encoder import Reranker, load_reranker
+from .learned import LearnedRanker, RankerModel
+from .ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from .slate import Slate, SlateInputs, build_slate
 
 log = logging.getLogger(__name__)
@@ -38,31 +44,63 @@ class Selection:
 
 @dataclass(frozen=True)
 class RecallConfig:
-    pool_size: int = 128
+    pool_size: int = 128  # 0 ranks the whole (eligible, matched) history
     rrf_k: int = 60
 
 
 class Memory:
     def __init__(self, store: Store, channels: Sequence[Channel], ranker: Ranker | None = None,
-                 config: RecallConfig = RecallConfig()) -> None:
+                 config: RecallConfig = RecallConfig(), dense: DenseIndex | None = None,
+                 worker: EmbeddingWorker | None = None, problems: Sequence[str] = ()) -> None:
         self.store = store
         self.channels = list(channels)
         self.ranker: Ranker = ranker or PoolOrderRanker()
         self.config = config
+        self.dense = dense
+        self.worker = worker
+        self.problems = list(problems)  # what is degraded, said in every explanation
+        self.sessions = SessionIndex(store)
 
     @classmethod
-    def open(cls, home: Path, config: RecallConfig = RecallConfig()) -> "Memory":
+    def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
+             background: bool = True, ranker_model: Path | None = None) -> "Memory":
+        """The store, its derived indexes and the active models under `home`. A missing or broken
+        model degrades (to lexical retrieval, to fusion order), logged once and stated in
+        every explanation."""
         store = Store(Path(home) / "memory.duckdb")
-        lexical = LexicalIndex(store, Path(home) / "index" / "bm25")
-        return cls(store, [Bm25Channel(lexical)], config=config)
+        channels: list[Channel] = [Bm25Channel(LexicalIndex(store, Path(home) / "index" / "bm25"))]
+        embedder, reranker, problems = _load_models(home, device)
+        dense = DenseIndex(store, embedder) if embedder else None
+        worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
+        if dense is not None:
+            channels.append(DenseChannel(dense))
+        ranker, ranker_problems = load_ranker(ranker_model, embedder, reranker)
+        for problem in problems + ranker_problems:
+            log.warning("%s", problem)
+        return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems)
 
     def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
         self.store.close()
+
+    def notes(self, project: str) -> list[str]:
+        """What a reader of an explanation should know about how complete the channels were."""
+        out = list(self.problems)
+        if self.dense is not None:
+            pending = self.dense.vectors.count_pending(project)
+            if pending:
+                out.append(f"{pending} units not yet embedded: they are found by BM25 only until "
+                           "the background embedder reaches them")
+        return out
 
     # ---- stage 1 ----------------------------------------------------------------------------
 
     def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
-        return self.store.write(check_project(project), validate_batch(raw_items))
+        results = self.store.write(check_project(project), validate_batch(raw_items))
+        if self.worker is not None:
+            self.worker.notify()  # embedding happens in the background; remember never waits
+        return results
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
         if not refs or not all(isinstance(r, str) and r.strip() for r in refs):
@@ -84,33 +122,32 @@ class Memory:
     def select(self, project: str, query: str, as_of: datetime | None) -> "Selection":
         """Stages 2 and 3: the candidate pool and its ranking (independent of the budget)."""
         excluded = self.store.ineligible_ids(project, as_of)
-        pool = generate_pool(self.channels, project, query, self.config.pool_size, excluded,
-                             self.store.units, rrf_k=self.config.rrf_k)          # stage 2
-        ranked = self.ranker.rank(query, pool.candidates)                        # stage 3
+        size = self.config.pool_size or max(self.store.count_units(project), 1)  # 0: the whole history
+        pool = generate_pool(self.channels, project, query, size, excluded,
+                             self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
+        sessions = self.sessions.snapshot(project)
+        context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
+        ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
         return Selection(project, query, as_of, pool, ranked, excluded,
-                         self._slate_inputs(project, ranked, excluded))
+                         self._slate_inputs(project, ranked, excluded, sessions))
 
     def build(self, selection: "Selection", budget: int) -> Slate:
         """Stage 4: the slate for one budget."""
-        slate_id = "s_" + uuid.uuid4().hex[:12]
-        return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
+        return build(selection, budget)
 
     def warm(self, project: str) -> None:
         """Build every derived index of a project now rather than at the first recall."""
         for channel in self.channels:
             channel.search(project, "warm", 1, set())
 
-    def _slate_inputs(self, project: str, ranked: Sequence[ScoredCandidate], excluded: set[int]
-                      ) -> SlateInputs:
+    def _slate_inputs(self, project: str, ranked: Sequence[ScoredCandidate], excluded: set[int],
+                      sessions: SessionSnapshot) -> SlateInputs:
         successors: dict[int, list[Unit]] = {}
         for sc in ranked:
             chain = self._successor_chain(project, sc.unit, excluded)
             if chain:
                 successors[sc.unit.id] = chain
-        sessions = {u.session for sc in ranked for u in [sc.unit, *successors.get(sc.unit.id, [])]
-                    if u.session}
-        starts = {s: at for s, (at, _) in self.store.session_context(project, sessions).items()}
-        return SlateInputs(successors, starts)
+        return SlateInputs(successors, sessions.starts)
 
     def _successor_chain(self, project: str, unit: Unit, excluded: set[int]) -> list[Unit]:
         """The eligible decisions that replaced this one, nearest first."""
@@ -141,7 +178,7 @@ class Memory:
                 "score": sc.score, "tokens": sc.unit.tokens, "outcome": outcome, "lost_to": lost,
                 "channels": {n: {"rank": h.rank, "score": h.score}
                              for n, h in sc.candidate.channels.items()},
-                "features": dict(sc.features) if sc.features else None,
+                "features": _json_features(sc.features),
             })
         return {
             "slate_id": slate.slate_id, "query": query, "budget": slate.budget,
@@ -170,10 +207,22 @@ class Memory:
                       if c["id"] in live]  # forgotten units never reappear
         payload = {**payload, "project": project, "candidates": candidates,
                    "units_in_project": self.store.count_units(project),
-                   "out_of_scope_units": self.store.units_outside(project)}
+                   "out_of_scope_units": self.store.units_outside(project),
+                   "notes": self.notes(project)}
         if refs:
             payload["diagnosis"] = [self._diagnose(project, payload, r) for r in refs]
+        self._add_top_features(candidates)
         return payload
+
+    def _add_top_features(self, candidates: list[dict[str, Any]]) -> None:
+        """For slate items: the features that most raised their score under the current model."""
+        top_features = getattr(self.ranker, "top_features", None)
+        chosen = [c for c in candidates if c["outcome"].startswith("in_slate") and c.get("features")]
+        if top_features is None or not chosen:
+            return
+        rows = [[float("nan") if v is None else v for v in c["features"].values()] for c in chosen]
+        for c, top in zip(chosen, top_features(rows)):
+            c["top_features"] = [{"feature": n, "contribution": v} for n, v in top]
 
     def _diagnose(self, project: str, payload: dict[str, Any], ref: str) -> dict[str, Any]:
         """Where a fact was lost: never stored, not eligible, never in the pool, ranking, budget."""
@@ -204,6 +253,53 @@ class Memory:
                                 "not matched by any channel within twice the pool size"})
         stage = results[0]["stage"] if len({r["stage"] for r in results}) == 1 else "mixed"
         return {"ref": ref, "stage": stage, "units": results}
+
+
+def build(selection: Selection, budget: int) -> Slate:
+    """Stage 4 for a selection: the slate at one budget, under a fresh slate id."""
+    slate_id = "s_" + uuid.uuid4().hex[:12]
+    return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
+
+
+def _load_models(home: Path, device: str) -> tuple[Embedder | None, Reranker | None, list[str]]:
+    problems: list[str] = []
+    try:
+        embedder = load_embedder(home, device)
+    except StoreError as exc:
+        embedder = None
+        problems.append(f"embedder unusable ({exc}); candidates come from BM25 only")
+    if embedder is None and not problems:
+        problems.append(f"no embedder installed: candidates come from BM25 only; install one with: {INSTALL_HINT}")
+    try:
+        reranker = load_reranker(home, device)
+    except StoreError as exc:
+        reranker = None
+        problems.append(f"cross-encoder unusable ({exc}); ranking without its score")
+    return embedder, reranker, problems
+
+
+def load_ranker(path: Path | None, embedder: Embedder | None, reranker: Reranker | None
+                ) -> tuple[Ranker, list[str]]:
+    """The learned ranker (a model file, or the one shipped in the package); fusion order if
+    the model cannot be read."""
+    try:
+        model = RankerModel.load(path)
+    except StoreError as exc:
+        return PoolOrderRanker(), [f"{exc}; ranking by fusion order instead"]
+    problems = model.check_models(embedder.identity if embedder else None, reranker.identity if reranker else None)
+    return LearnedRanker(model, reranker), problems
+
+
+def load_embedder(home: Path, device: str = "auto") -> Embedder | None:
+    manifest = active(home)["embedder"]
+    return OnnxEmbedder(models_dir(home) / manifest.name, device, manifest) if manifest else None
+
+
+def _json_features(features: Any) -> dict[str, float | None] | None:
+    """Feature values for JSON: a missing source (NaN) is null."""
+    if not features:
+        return None
+    return {k: (None if v is None or v != v else round(float(v), 4)) for k, v in features.items()}
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

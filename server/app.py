@@ -6,6 +6,7 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Literal, TypeVar
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -130,7 +131,9 @@ def stored(project: str, results: list[WriteResult]) -> RememberResult:
 def create_server(settings: Settings) -> MCPServer:
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[Memory]:
-        memory = Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size))
+        memory = await anyio.to_thread.run_sync(lambda: Memory.open(
+            settings.home, RecallConfig(pool_size=settings.pool_size), settings.device,
+            ranker_model=settings.ranker_model))
         log.info("memory store %s; project %s; allowed %s", memory.store.path, settings.project,
                  ",".join(sorted(settings.allowed)))
         try:

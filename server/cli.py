@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--pool-size", type=int, default=128)
+    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
+    p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
 
     p = sub.add_parser("import", help="import a JSONL file, one remember item per line")
     p.add_argument("file", type=Path)
@@ -61,11 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("refs", nargs="+")
     _project_args(p)
 
+    p = sub.add_parser("models", help="install and list ONNX models")
+    msub = p.add_subparsers(dest="models_command", required=True)
+    m = msub.add_parser("install", help="export a Hugging Face model to ONNX and make it active")
+    m.add_argument("source", help="hub id (e.g. BAAI/bge-m3) or local model directory")
+    m.add_argument("--as", dest="role", default="embedder", choices=["embedder", "reranker"])
+    m.add_argument("--quantize", choices=["int8"], default=None)
+    m.add_argument("--pooling", choices=["cls", "mean"], default=None,
+                   help="embedders: override the detected pooling")
+    m.add_argument("--max-length", type=int, default=None)
+    m.add_argument("--name", default=None, help="name under the models dir (default: from the source)")
+    msub.add_parser("list", help="installed models, which are active, and where they run")
+
     p = sub.add_parser("demo", help="load a sample history and run recalls through a real MCP client")
     p.add_argument("--home", type=Path, default=None, help="keep the demo store here (default: a temp dir)")
 
     _eval_parser(sub)
     return parser
+
 
 
 def _eval_parser(sub: Any) -> None:
@@ -84,6 +99,29 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--json", type=Path, help="write one record per (variant, budget) here")
     p.add_argument("--per-question", type=Path, help="write evidence, pool and slate hits per question (JSONL)")
     p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
+    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
+    p.add_argument("--rerank-limit", type=int, default=None,
+                   help="candidates the cross-encoder scores (default: 24 on CPU, 128 on GPU)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="do not reuse embeddings cached under $AGENTMEMREC_HOME/cache")
+    p.add_argument("--ranker-model", type=Path, default=None,
+                   help="ranker model file for the full variant (default: the shipped one)")
+    p.add_argument("--cv", type=int, default=0, metavar="K",
+                   help="cross-validate the full variant: train on K-1 folds, rank the K-th")
+    p.add_argument("--ablation", action="store_true",
+                   help="with --cv: also the full variant without each feature group")
+
+    p = sub.add_parser("train", help="train the LambdaRank ranker on benchmark data")
+    p.add_argument("dataset", choices=DATASETS)
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--also", nargs="+", action="append", default=[], metavar="DATASET_OR_PATH",
+                   help="another dataset and its paths, e.g. --also longmemeval DIR")
+    p.add_argument("--out", type=Path, required=True, help="where to write the model file")
+    p.add_argument("--pool-size", type=int, default=128)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--rerank-limit", type=int, default=None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,7 +144,8 @@ def _memory(settings: Settings):  # noqa: ANN202 - Memory; imported lazily so --
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .app import create_server  # noqa: PLC0415
-    settings = Settings.load(args.project, args.allow, pool_size=args.pool_size)
+    settings = Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
+                             ranker_model=args.ranker_model)
     server = create_server(settings)
     if args.http:
         server.run("streamable-http", host=args.host, port=args.port)
@@ -138,7 +177,7 @@ def import_items(memory: Any, project: str, items: list[dict[str, Any]], label: 
     for i, raw in enumerate(items):
         validate_item(raw, f"line {i + 1}")
     stored = 0
-    with tqdm(total=len(items), desc=label, unit="item", file=sys.stderr, disable=None) as bar:
+    with tqdm(total=len(items), desc=label, unit="item", file=sys.stderr, disable=False, mininterval=1.0) as bar:
         for start in range(0, len(items), IMPORT_BATCH):
             batch = items[start:start + IMPORT_BATCH]
             stored += sum(r.outcome != "unchanged" for r in memory.remember(project, batch))
@@ -198,6 +237,73 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ranker_model(path: Path | None) -> Any:
+    from ..ranking.learned import RankerModel  # noqa: PLC0415
+    return RankerModel.load(path) if path else None
+
+
+def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
+                     per_q: list[dict[str, Any]] | None) -> list[Any]:
+    from ..ranking.features import GROUPS  # noqa: PLC0415
+    from ..ranking.train import cross_validate, to_group  # noqa: PLC0415
+    groups = [to_group(k) for k in kept]
+    by_case = args.dataset == "locomo"
+    runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q)]
+    if args.ablation:
+        for name, feats in GROUPS.items():
+            runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case,
+                                       [f.__name__ for f in feats], args.seed))
+    return runs
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ..ranking import evaluate as ev  # noqa: PLC0415
+    from ..ranking.train import to_group, train_model  # noqa: PLC0415
+    sources = [(args.dataset, args.paths)] + [(a[0], [Path(p) for p in a[1:]]) for a in args.also]
+    home = Settings.load().home
+    models = ev.load_models(home, ["full"], args.device, args.rerank_limit, True)
+    if models.embedder is None:
+        raise InputError(models.missing)
+    groups = []
+    for dataset, paths in sources:
+        kept: list[Any] = []
+        ev.evaluate(dataset, paths, [], [2700], args.limit, args.seed, args.pool_size, None,
+                    models, kept.append)
+        groups += [to_group(k) for k in kept]
+    model = train_model(groups, [f"{d}: {', '.join(map(str, p))}" for d, p in sources],
+                        models.embedder.identity, models.reranker.identity if models.reranker else None,
+                        args.seed)
+    model.save(args.out)
+    emit(f"trained on {len(groups)} questions; best iteration {model.meta['metrics']['best_iteration']}, "
+         f"validation {model.meta['metrics']['valid']}; written to {args.out}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from ..indexing import models  # noqa: PLC0415
+    from ..indexing.onnx_runtime import resolve_device  # noqa: PLC0415
+    home = Settings.load().home
+    if args.models_command == "install":
+        manifest = models.install(home, models.resolve_source(args.source), args.role, args.quantize,
+                                  args.pooling, args.max_length, args.name)
+        emit(f"installed {manifest.identity} as the active {manifest.role} "
+             f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length})")
+        return 0
+    active = models.active(home)
+    found = models.installed(home)
+    if not found:
+        emit(f"no models installed under {models.models_dir(home)}; install one with:\n  {models.INSTALL_HINT}")
+    device = resolve_device("auto")
+    for m in found:
+        mark = "*" if (active.get(m.role) and active[m.role].name == m.name) else " "
+        emit(f"{mark} {m.role:<9} {m.identity:<40} {m.pooling or '-':<5} dim {m.dim:<5} "
+             f"max {m.max_length:<5} {m.quantized or 'fp32'}  runs on {device}  ({m.source})")
+    for role in models.ROLES:
+        if active.get(role) is None:
+            emit(f"  no active {role}: agentmemrec models install ... --as {role}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo  # noqa: PLC0415
     return run_demo(args.home)
@@ -210,10 +316,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if bad:
         raise InputError(f"budgets must lie in [200, 200000]; got {bad}")
     per_q: list[dict[str, Any]] | None = [] if args.per_question else None
-    runs, cost = ev.evaluate(args.dataset, args.paths, args.variant or ["bm25"], budgets,
-                             args.limit, args.seed, args.pool_size, per_q)
+    variants = ev.check_variants(args.variant or ["bm25"])
+    ranker_model = _ranker_model(args.ranker_model)
+    models = ev.load_models(Settings.load().home, variants, args.device, args.rerank_limit,
+                            not args.no_cache, ranker_model)
+    cv = args.cv and "full" in variants
+    kept: list[Any] = []
+    runs, cost = ev.evaluate(args.dataset, args.paths, [v for v in variants if not (cv and v == "full")],
+                             budgets, args.limit, args.seed, args.pool_size, per_q, models,
+                             kept.append if cv else None)
+    if cv:
+        runs += _cross_validated(args, kept, budgets, per_q)
     recs = ev.records(args.dataset, runs, cost)
-    emit(f"dataset {args.dataset}: {cost['ingest_units']} units ingested in {cost['ingest_s']:.1f} s")
+    emit(f"dataset {args.dataset}: {cost['ingest_units']} units ingested in {cost['ingest_s']:.1f} s, "
+         f"{cost['embed_units']} embedded in {cost['embed_s']:.1f} s")
     emit(ev.format_table(recs))
     if args.json:
         args.json.write_text(json.dumps(recs, indent=2))
@@ -224,7 +340,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"serve": cmd_serve, "import": cmd_import, "recall": cmd_recall, "explain": cmd_explain,
+COMMANDS = {"train": cmd_train, "models": cmd_models, "serve": cmd_serve, "import": cmd_import, "recall": cmd_recall, "explain": cmd_explain,
             "forget": cmd_forget, "demo": cmd_demo, "eval": cmd_eval}
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ class Settings:
     project: str = "default"
     allowed: frozenset[str] = frozenset({"default"})
     pool_size: int = 128
+    device: str = "auto"
+    ranker_model: Path | None = None  # default: the model shipped in the package
 
     @classmethod
     def load(cls, project: str | None = None, allow: str | list[str] | None = None,

@@ -8,6 +8,7 @@ from mcp import Client
 
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
+from agentmemrec.server.cli import main
 from agentmemrec.server.settings import Settings
 
 
@@ -37,3 +38,16 @@ def settings_for(home: Path, project: str = "alpha", allow: str = "") -> Setting
 async def client(home: Path) -> AsyncIterator[Client]:
     async with Client(create_server(settings_for(home, "alpha", "beta"))) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def minilm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home with the real all-MiniLM-L6-v2, exported once per session by `models install`."""
+    home = tmp_path_factory.mktemp("models-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(home))
+    try:
+        assert main(["models", "install", "all-MiniLM-L6-v2", "--name", "minilm"]) == 0
+    finally:
+        mp.undo()
+    return home

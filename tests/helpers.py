@@ -21,3 +21,35 @@ async def call_error(client: Client, tool: str, **args: Any) -> str:
 
 def turn(text: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "turn", "text": text, "role": "user", **extra}
+
+
+WORDS = ("deploy build cache queue broker latency index schema token budget session review merge branch "
+         "release rollback metric alert shard replica lock retry backoff timeout webhook payload").split()
+PETS = ["Rex", "Milo", "Luna", "Bella", "Otis", "Nala", "Coco", "Ziggy", "Pixel", "Mochi"]
+
+
+def write_locomo(path, sessions: int = 8, turns: int = 12, seed: int = 0) -> None:
+    """A LoCoMo-format conversation: filler turns plus planted facts asked about, each fact told
+    in one session and corrected in a later one (two evidence turns per question)."""
+    import json
+    import random
+    rng = random.Random(seed)
+    conv: dict = {"speaker_a": "Ana", "speaker_b": "Bo"}
+    facts = []
+    for s in range(1, sessions + 1):
+        conv[f"session_{s}_date_time"] = f"10:00 am on {s} May, 2023"
+        rows = []
+        for t in range(1, turns + 1):
+            speaker = "Ana" if t % 2 else "Bo"
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20)))
+            rows.append({"speaker": speaker, "dia_id": f"D{s}:{t}", "text": text})
+        conv[f"session_{s}"] = rows
+    for i, pet in enumerate(PETS[: sessions - 1]):
+        first, later = 1 + i, min(sessions, 2 + i + rng.randint(0, 2))
+        conv[f"session_{first}"][2]["text"] = f"My neighbour's dog is called {pet} and loves the {WORDS[i]}."
+        conv[f"session_{later}"][5]["text"] = f"Correction: {pet} is actually a cat, not a dog, said the neighbour."
+        facts.append({"question": f"What animal is {pet}, the neighbour's pet?", "answer": "a cat",
+                      "evidence": [f"D{first}:3", f"D{later}:6"], "category": 1})
+        facts.append({"question": f"What does {pet} love?", "answer": WORDS[i],
+                      "evidence": [f"D{first}:3"], "category": 4})
+    path.write_text(json.dumps({**conv, "qa": facts}))

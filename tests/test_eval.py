@@ -63,7 +63,7 @@ def longmemeval_file(path):
     path.write_text(json.dumps(record))
 
 
-def test_locomo_file_runs_end_to_end_and_json_matches_the_table(tmp_path, capsys):
+def test_locomo_file_runs_end_to_end_and_json_matches_the_table(home, tmp_path, capsys):
     locomo_file(tmp_path / "conv-1.json")
     out_json = tmp_path / "r.json"
     per_q = tmp_path / "q.jsonl"
@@ -83,7 +83,7 @@ def test_locomo_file_runs_end_to_end_and_json_matches_the_table(tmp_path, capsys
     assert {tuple(l["evidence"]) for l in lines} == {("D1:1",), ("D1:2",), ("D1:1", "D2:1")}
 
 
-def test_longmemeval_file_uses_the_question_day_as_cut_off(tmp_path, capsys):
+def test_longmemeval_file_uses_the_question_day_as_cut_off(home, tmp_path, capsys):
     longmemeval_file(tmp_path / "q1.json")
     out_json = tmp_path / "r.json"
     assert main(["eval", "longmemeval", str(tmp_path), "--budget", "2700", "--json", str(out_json)]) == 0
@@ -93,7 +93,7 @@ def test_longmemeval_file_uses_the_question_day_as_cut_off(tmp_path, capsys):
     assert record["recall_p50_ms"] > 0 and record["ingest_units_per_s"] > 0
 
 
-def test_unknown_variant_and_missing_path_are_clear_errors(tmp_path, capsys):
+def test_unknown_variant_and_missing_path_are_clear_errors(home, tmp_path, capsys):
     locomo_file(tmp_path / "c.json")
     assert main(["eval", "locomo", str(tmp_path / "c.json"), "--variant", "magic"]) == 2
     assert "unknown variant(s) ['magic']" in capsys.readouterr().err

@@ -1,0 +1,135 @@
+"""Embedding and cross-encoder throughput for models of bge-m3's size, without its weights.
+
+A randomly initialised XLM-RoBERTa large built from bge-m3's published configuration costs the
+same as bge-m3 (and, with a one-logit head, as bge-reranker-v2-m3). It is exported with the
+product's own install command and run through the product's ONNX code, on CPU or CUDA.
+
+    python bench/model_throughput.py --device cpu --json bench-cpu.json
+    python bench/model_throughput.py --device cuda --pairs 128 --json bench-gpu.json
+
+Reported: embedding units/s (sequence length stated), cross-encoder pairs/s and the latency of
+scoring a pool of `--pairs` pairs, median of `--repeats` runs; all-MiniLM-L6-v2 alongside when
+its package is installed. Not a test: machines here are shared, so read ratios, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# bge-m3 / bge-reranker-v2-m3: XLM-RoBERTa large
+BGE_M3 = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+              vocab_size=250_002, max_position_embeddings=8194, pad_token_id=1, bos_token_id=0,
+              eos_token_id=2, type_vocab_size=1, layer_norm_eps=1e-5)
+
+
+def build_random(directory: Path, head: str) -> None:
+    """Random XLM-R large (embedding or one-logit classifier) with a word-level fast tokenizer
+    whose every word is one token, so sequence lengths are exact."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import (PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification,
+                              XLMRobertaModel)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(1000)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                   cls_token="<s>", pad_token="<pad>", unk_token="<unk>", model_max_length=8192)
+    torch.manual_seed(0)
+    config = XLMRobertaConfig(**BGE_M3, num_labels=1)
+    model = XLMRobertaForSequenceClassification(config) if head == "reranker" else XLMRobertaModel(config)
+    model.eval().save_pretrained(directory)
+    fast.save_pretrained(directory)
+
+
+def ensure_installed(home: Path, role: str, max_length: int) -> Path:
+    from agentmemrec.indexing.models import install, models_dir
+    name = f"xlmr-large-random-{role}"
+    if not (models_dir(home) / name / "manifest.json").exists():
+        source = home / "sources" / role
+        if not (source / "config.json").exists():
+            source.mkdir(parents=True, exist_ok=True)
+            build_random(source, role)
+        t0 = time.perf_counter()
+        install(home, str(source), role, pooling="cls" if role == "embedder" else None,
+                max_length=max_length, name=name)
+        print(f"exported {name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return models_dir(home) / name
+
+
+def text_of(tokens: int, seed: int) -> str:
+    return " ".join(f"w{(seed * 7 + i) % 1000}" for i in range(tokens))
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()  # warm-up: graph optimisation, CUDA context, memory arenas
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_embedder(model_dir: Path, device: str, n: int, tokens: int, repeats: int) -> dict:
+    from agentmemrec.indexing.embedder import OnnxEmbedder
+    emb = OnnxEmbedder(model_dir, device)
+    texts = [text_of(tokens - 2, i) for i in range(n)]  # + <s> and </s>
+    t = median_time(lambda: emb.embed(texts), repeats)
+    return {"model": emb.identity, "device": emb.device, "units": n, "tokens_per_unit": tokens,
+            "batch": 32, "median_s": t, "units_per_s": n / t}
+
+
+def bench_reranker(model_dir: Path, device: str, pairs: int, tokens: int, repeats: int) -> dict:
+    from agentmemrec.ranking.cross_encoder import OnnxReranker
+    rr = OnnxReranker(model_dir, device, limit=pairs)
+    query = text_of(14, 999)
+    texts = [text_of(tokens - 20, i) for i in range(pairs)]  # pair = query + text + 4 specials
+    t = median_time(lambda: rr.score(query, texts), repeats)
+    return {"model": rr.identity, "device": rr.device, "pairs": pairs, "tokens_per_pair": tokens,
+            "batch": 16, "median_s": t, "pairs_per_s": pairs / t, "pool_latency_ms": 1000 * t}
+
+
+def bench_minilm(home: Path, device: str, n: int, repeats: int) -> dict | None:
+    from agentmemrec.indexing.models import install, models_dir, resolve_source
+    source = resolve_source("all-MiniLM-L6-v2")
+    if source == "all-MiniLM-L6-v2":
+        return None
+    if not (models_dir(home) / "minilm" / "manifest.json").exists():
+        install(home, source, "embedder", name="minilm")
+    return bench_embedder(models_dir(home) / "minilm", device, n, 36, repeats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--home", type=Path, default=Path.home() / ".cache" / "agentmemrec-bench")
+    p.add_argument("--units", type=int, default=32, help="texts embedded per run")
+    p.add_argument("--unit-tokens", type=int, default=256)
+    p.add_argument("--pairs", type=int, default=16, help="pairs scored per run (a pool is 128)")
+    p.add_argument("--pair-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    results = {
+        "bge_m3_size_embedder": bench_embedder(ensure_installed(args.home, "embedder", 512), args.device,
+                                               args.units, args.unit_tokens, args.repeats),
+        "bge_reranker_v2_m3_size": bench_reranker(ensure_installed(args.home, "reranker", 512), args.device,
+                                                  args.pairs, args.pair_tokens, args.repeats),
+        "all_minilm_l6_v2": bench_minilm(args.home, args.device, 256, args.repeats),
+    }
+    text = json.dumps(results, indent=2)
+    sys.stdout.write(text + "\n")
+    if args.json:
+        args.json.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

