@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any, Sequence
 
 from ..indexing.errors import InputError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
+from ..indexing.redact import redact_item
+from ..indexing.sink import Ingested
 from ..indexing.store import Store, WriteResult
 from ..indexing.units import Unit, check_project, parse_time, validate_batch
 from .candidates import Channel, Pool, generate_pool
@@ -44,17 +47,18 @@ class RecallConfig:
 
 class Memory:
     def __init__(self, store: Store, channels: Sequence[Channel], ranker: Ranker | None = None,
-                 config: RecallConfig = RecallConfig()) -> None:
+                 config: RecallConfig = RecallConfig(), redact: bool = True) -> None:
         self.store = store
         self.channels = list(channels)
         self.ranker: Ranker = ranker or PoolOrderRanker()
         self.config = config
+        self.redact = redact  # secrets are replaced by markers before anything is stored
 
     @classmethod
-    def open(cls, home: Path, config: RecallConfig = RecallConfig()) -> "Memory":
+    def open(cls, home: Path, config: RecallConfig = RecallConfig(), redact: bool = True) -> "Memory":
         store = Store(Path(home) / "memory.duckdb")
         lexical = LexicalIndex(store, Path(home) / "index" / "bm25")
-        return cls(store, [Bm25Channel(lexical)], config=config)
+        return cls(store, [Bm25Channel(lexical)], config=config, redact=redact)
 
     def close(self) -> None:
         self.store.close()
@@ -62,7 +66,22 @@ class Memory:
     # ---- stage 1 ----------------------------------------------------------------------------
 
     def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
-        return self.store.write(check_project(project), validate_batch(raw_items))
+        return list(self.ingest(project, raw_items).results)
+
+    def ingest(self, project: str, raw_items: list[dict[str, Any]]) -> Ingested:
+        """Redact (unless turned off), validate and store a batch; every write path comes here."""
+        check_project(project)
+        counts: Counter[str] = Counter()
+        if self.redact and isinstance(raw_items, list):
+            redacted = [redact_item(raw) for raw in raw_items]
+            raw_items = [raw for raw, _ in redacted]
+            for _, found in redacted:
+                counts.update(found)
+        results = self.store.write(project, validate_batch(raw_items))
+        if counts:
+            log.info("redacted %d secret(s) before storing in %s: %s", sum(counts.values()), project,
+                     ", ".join(f"{name} x{n}" for name, n in sorted(counts.items())))
+        return Ingested(tuple(results), dict(counts))
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
         if not refs or not all(isinstance(r, str) and r.strip() for r in refs):
