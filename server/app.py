@@ -18,6 +18,7 @@ from ..indexing.store import WriteResult
 from ..ranking.memory import Memory, RecallConfig
 from ..ranking.slate import Slate
 from .settings import Settings
+from .sources import background_sources
 
 log = logging.getLogger("agentmemrec")
 T = TypeVar("T")
@@ -130,11 +131,13 @@ def stored(project: str, results: list[WriteResult]) -> RememberResult:
 def create_server(settings: Settings) -> MCPServer:
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[Memory]:
-        memory = Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size))
+        memory = Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size),
+                             redact=settings.redact)
         log.info("memory store %s; project %s; allowed %s", memory.store.path, settings.project,
                  ",".join(sorted(settings.allowed)))
         try:
-            yield memory
+            async with background_sources(settings, memory):  # watched notes, captured sessions
+                yield memory
         finally:
             memory.close()
 
