@@ -57,8 +57,10 @@ def _is_placeholder(value: str) -> bool:
 
 
 def _is_code(value: str) -> bool:
-    """`password = form.password`, `token = read_token`: a name in code, not a value."""
-    return bool(re.fullmatch(r"[A-Za-z_]+(?:\.[A-Za-z_]+)+|[a-z]+(?:_[a-z]+)+", value))
+    """`password = form.password`, `token = read_token`, `secretName: db-credentials`: a name
+    in code or configuration, not a value."""
+    return bool(re.fullmatch(r"[A-Za-z_]+(?:\.[A-Za-z_]+)+|[a-z]+(?:_[a-z]+)+|[a-z]+(?:-[a-z]+)+",
+                             value))
 
 
 def _assigned(match: re.Match[str]) -> bool:
@@ -79,36 +81,42 @@ def _credential_in_url(match: re.Match[str]) -> bool:
     return not _is_placeholder(match.group(1))
 
 
-_KEY = (r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:password|passwd|pwd|passphrase|secret|"
-        r"token|api[_-]?key|apikey|access[_-]?key|private[_-]?key)(?![A-Za-z0-9])[\"']?")
-_VALUE = r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?]{4,})\1(?![A-Za-z0-9_\-./+=!@#$%^&*~?(\[])"
+# Every pattern is linear in the text: a token may start only where its own character run
+# starts (a lookbehind), and runs are possessive or bounded, so "sk-sk-sk-..." or
+# "token_token_..." cost one scan, not one per position.
+_KEY = (r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|"
+        r"private[_-]?key)(?![a-z0-9])[A-Za-z0-9_]{0,24}+[\"']?")  # DB_PASSWORD, clientSecret
+_VALUE = (r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?]{4,512}+)\1"
+          r"(?![A-Za-z0-9_\-./+=!@#$%^&*~?(\[])")  # a value, not a call or an index
+_B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
 
 # Order matters: specific provider shapes first, so a key is named for what it is; the generic
 # assignment and entropy rules then catch what is left.
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("private-key", re.compile(
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL)),
-    Pattern("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
-    Pattern("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
-    Pattern("stripe-key", re.compile(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}")),
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL)),
+    Pattern("anthropic-key", re.compile(_B64 + r"sk-ant-[A-Za-z0-9_-]{20,}+")),
+    Pattern("openai-key", re.compile(_B64 + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}+")),
+    Pattern("stripe-key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+")),
     Pattern("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
     Pattern("aws-secret-key", re.compile(
-        r"(?i)\baws_?secret_?access_?key\b[\"']?\s*[=:]\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
+        r"(?i)\baws_?secret_?access_?key\b[\"']?\s*+[=:]\s*+[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
         group=1),
     Pattern("github-token", re.compile(
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
-    Pattern("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    Pattern("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    Pattern("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{20,}=*)"), group=1),
-    Pattern("url-credentials", re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:([^\s@/]{3,})@"),
-            group=1, accept=_credential_in_url),
-    Pattern("secret-assignment", re.compile(_KEY + r"\s*=\s*" + _VALUE), group=2, accept=_assigned),
-    Pattern("secret-assignment", re.compile(_KEY + r"\s*:\s*" + _VALUE), group=2, accept=_stated),
+        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)")),
+    Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+")),
+    Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}")),
+    Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")),
+    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1),
+    Pattern("url-credentials", re.compile(
+        r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{1,64}+:([^\s@/]{3,128}+)@"),
+        group=1, accept=_credential_in_url),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated),
     Pattern("high-entropy", re.compile(
-        r"(?m)^[ \t]*(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*([\"']?)([^\s\"'#]{16,})\1[ \t]*$"),
-        group=2, accept=_looks_random),
+        r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"
+        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random),
 )
 
 

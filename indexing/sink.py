@@ -6,7 +6,6 @@ applies the same validation and redaction. They see it only through this small p
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -32,11 +31,6 @@ class Sink(Protocol):
     def ingest(self, project: str, raw_items: list[dict[str, Any]]) -> Ingested: ...
 
     def forget(self, project: str, refs: list[str]) -> list[int]: ...
-
-
-def add_counts(total: Counter[str], more: Mapping[str, int]) -> Counter[str]:
-    total.update(more)
-    return total
 
 
 def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

@@ -154,6 +154,7 @@ class NoteWatcher:
         self.tree = Tree.of(folder)
         self.docs: dict[str, Doc] = {}
         self._skipped: set[tuple[str, str]] = set()
+        self._stale = True  # the store may differ from the documents: reconcile on the next pass
 
     def handle(self, changes: Iterable[tuple[Change, str]] | None = None) -> SyncReport:
         """A full scan (changes None, or a .gitignore changed) or a batch of changes, then
@@ -166,9 +167,12 @@ class NoteWatcher:
             else:
                 for _, path in sorted(changes, key=lambda c: c[1]):
                     self._reread(path)
-                if self.docs == before:  # saved without a change, or not a note after all
+                if self.docs == before and not self._stale:  # saved unchanged, or not a note
                     return SyncReport()
-            return self._apply(self._plan())
+            self._stale = True
+            report = self._apply(self._plan())
+            self._stale = False
+            return report
         except (StoreError, OSError, InputError) as exc:
             log.error("note watcher %s: %s", self.tree.folder, exc)
             return SyncReport(failed=(str(exc),))
@@ -183,7 +187,7 @@ class NoteWatcher:
         if rel is None:
             return False
         if Path(path).name == ".gitignore":
-            return True
+            return not any(self.rules.folder_skip(part) for part in rel.split("/")[:-1])
         reason = classify(rel, self.rules, Ignores())
         if reason != "not-a-note":
             return reason is None
@@ -224,16 +228,20 @@ class NoteWatcher:
         return reconcile(self.docs, {row.ref: row for row in stored})
 
     def _apply(self, plan: Plan) -> SyncReport:
-        failed = list(plan.invalid)
+        failed, renamed = list(plan.invalid), 0
         for rename in plan.renames:
-            self.sink.store.rename_ref(self.project, rename.old_ref, rename.new_ref, rename.path)
+            try:
+                renamed += bool(self.sink.store.rename_ref(self.project, rename.old_ref,
+                                                           rename.new_ref, rename.path))
+            except InputError as exc:  # the new ref was taken meanwhile: the write stores it anew
+                failed.append(f"{rename.path}: {exc}")
         written, redactions = self._write(list(plan.writes), failed)
         forgotten = self._forget(list(plan.forgets), failed)
         for problem in failed:
             log.warning("note watcher %s: not stored: %s", self.tree.folder, problem)
         paths = ([r.path for r in plan.renames] + [w["path"] for w in plan.writes]
                  + [row.path for row in plan.forgets])
-        report = SyncReport(written, len(plan.renames), forgotten, tuple(failed), dict(redactions),
+        report = SyncReport(written, renamed, forgotten, tuple(failed), dict(redactions),
                             tuple(dict.fromkeys(paths)))
         if report.changed:
             log.info("notes in %s: %d written, %d renamed, %d removed", self.tree.folder,

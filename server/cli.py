@@ -48,17 +48,7 @@ def _transcript_args(p: argparse.ArgumentParser) -> None:
                    help="also store subagent (sidechain) turns (claude-code)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentmemrec", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("serve", help="run the MCP server (stdio by default)")
-    _project_args(p, allow=True)
-    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--pool-size", type=int, default=128)
+def _serve_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watch", action="append", default=[], metavar="DIR",
                    help="keep this folder's notes and ADRs in the project (repeatable)")
     _note_args(p)
@@ -69,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where Claude Code keeps transcripts (default ~/.claude/projects)")
     _transcript_args(p)
 
+
+def _source_parsers(sub: Any) -> None:
     p = sub.add_parser("import", help="import a JSONL file of remember items, or Claude Code "
                        "transcripts: import claude-code [DIR]")
     p.add_argument("file", type=Path, metavar="FILE|claude-code",
@@ -85,6 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     _note_args(p)
     p.add_argument("--once", action="store_true", help="reconcile once and exit")
     _redact_arg(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentmemrec", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the MCP server (stdio by default)")
+    _project_args(p, allow=True)
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--pool-size", type=int, default=128)
+    _serve_source_args(p)
+    _source_parsers(sub)
 
     p = sub.add_parser("recall", help="print the slate for a query")
     p.add_argument("query")
