@@ -28,13 +28,14 @@ STATUS_WORDS: dict[str, Status] = {
 NOT_ADRS = ("readme", "index", "toc", "template")  # file stems in ADR folders that are not ADRs
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
-_FIELD_LINE = r"^[ \t]*(?:[-*+][ \t]+)?:?(?:\*\*|__)?{name}(?:\*\*|__)?[ \t]*:(?:\*\*|__)?[ \t]*(.*?)[ \t]*$"
+_FIELD_LINE = r"^[ \t]*(?:[-*+][ \t]+)?:?(?:\*\*|__)?{name}(?:\*\*|__)?[ \t]*:(?:\*\*|__)?[ \t]*(.*)$"
 _STATUS_LINE = re.compile(_FIELD_LINE.format(name="status"), re.IGNORECASE | re.MULTILINE)
 _DATE_LINE = re.compile(_FIELD_LINE.format(name="date"), re.IGNORECASE | re.MULTILINE)
-_HEADING = re.compile(r"^#{1,6}[ \t]+(.*?)[ \t#]*$")
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.*)$")
 _LINK_LINE = re.compile(r"(?i)^[\W_]*(supersedes|superseded[ \t]+by)\b(.*)$")
 _LINK_TARGETS = re.compile(
-    r"(?i)\badr[-_ ]?0*(\d+)|\]\((?:[^)]*/)?(?:adr[-_]?)?0*(\d+)[-_.][^)]*\)|\[0*(\d+)[.:\s]|#0*(\d+)\b"
+    r"(?i)\badr[-_ ]?0*(\d+)|\]\((?:[^)/]{0,200}/){0,8}(?:adr[-_]?)?0*(\d+)[-_.][^)]{0,200}\)"
+    r"|\[0*(\d+)[.:\s]|#0*(\d+)\b"
     r"|\b(0\d{2,})\b")
 
 
@@ -107,18 +108,24 @@ def _status(front: Mapping[str, str], text: str) -> tuple[str, list[str]]:
     if front.get("status"):
         return _first_word(front["status"]), section
     line = _STATUS_LINE.search(text)
-    if line and line.group(1):
-        return _first_word(line.group(1)), [line.group(1), *section]
+    if line and line.group(1).strip():
+        return _first_word(line.group(1)), [line.group(1).strip(), *section]
     words = [_first_word(s) for s in section if _first_word(s) in STATUS_WORDS]
     return (words[0] if words else ""), section
+
+
+def _heading(line: str) -> str | None:
+    """A Markdown heading's text without its closing hashes, or None for other lines."""
+    match = _HEADING.match(line)
+    return match.group(1).strip().rstrip("#").strip() if match else None
 
 
 def _status_section(text: str) -> list[str]:
     lines, inside = [], False
     for line in text.splitlines():
-        heading = _HEADING.match(line)
-        if heading:
-            inside = heading.group(1).strip().lower() == "status"
+        heading = _heading(line)
+        if heading is not None:
+            inside = heading.lower() == "status"
         elif inside and line.strip():
             lines.append(line.strip())
     return lines
@@ -144,9 +151,9 @@ def _title(path: str, front: Mapping[str, str], text: str) -> str:
     if front.get("title"):
         return front["title"][:200]
     for line in text.splitlines():
-        heading = re.match(r"^#[ \t]+(.*?)[ \t#]*$", line)
-        if heading and heading.group(1):
-            return heading.group(1)[:200]
+        heading = _heading(line) if line.startswith("# ") else None
+        if heading:
+            return heading[:200]
     return PurePosixPath(path).stem.replace("-", " ").replace("_", " ")[:200]
 
 
@@ -166,13 +173,13 @@ def _body(text: str) -> str:
     headings become `Heading:` lines, which read better inside a slate item."""
     out, in_status, titled = [], False, False
     for line in text.splitlines():
-        heading = _HEADING.match(line)
-        if heading:
-            in_status = heading.group(1).strip().lower() == "status"
+        heading = _heading(line)
+        if heading is not None:
+            in_status = heading.lower() == "status"
             is_title = not titled and line.startswith("# ")
             titled = titled or is_title
             if not (in_status or is_title):
-                out.extend(["", f"{heading.group(1)}:"])
+                out.extend(["", f"{heading}:"])
             continue
         if not (in_status or _STATUS_LINE.match(line) or _DATE_LINE.match(line)):
             out.append(line)
