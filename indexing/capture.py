@@ -215,6 +215,7 @@ async def capture_claude_code(sink: Sink, folder: Path, target: Target, state_fi
     """Store new transcript lines as they are written, until cancelled. The first pass (once the
     OS watch is live) catches up with everything written while nothing captured."""
     tail, started = Tail(state_file), False
+    folder = Path(folder).expanduser().resolve()  # offsets are keyed by the paths events name
     async for changes in awatch(folder, watch_filter=_is_transcript, debounce=DEBOUNCE_MS,
                                 step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
         if started and not changes:

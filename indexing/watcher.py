@@ -286,8 +286,8 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
     """Watch `folder` until cancelled. The first (empty) batch arrives once the OS watch is
     live; the full reconciliation runs then, so no change can fall between scan and watch."""
     watcher = NoteWatcher(sink, project, folder, rules)
-    started = False
-    async for changes in awatch(folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
+    started = False  # events name paths under the folder as given: give the resolved one
+    async for changes in awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
                                 step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
         if started and not changes:
             continue

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 import anyio
 
@@ -45,17 +46,27 @@ async def background_sources(settings: Settings, memory: Memory) -> AsyncIterato
         return
     async with anyio.create_task_group() as tg:
         for folder in settings.watch:
-            tg.start_soon(watch_notes, memory, settings.project, folder, note_rules(settings))
+            tg.start_soon(_guarded, f"watching {folder}", partial(
+                watch_notes, memory, settings.project, folder, note_rules(settings)))
         claude_dir = settings.claude_dir.expanduser()
         if settings.capture_claude_code and claude_dir.is_dir():
-            tg.start_soon(capture_claude_code, memory, claude_dir,
-                          capture_target(settings, settings.allowed), capture_state(settings))
+            tg.start_soon(_guarded, "Claude Code capture", partial(
+                capture_claude_code, memory, claude_dir, capture_target(settings, settings.allowed),
+                capture_state(settings)))
         elif settings.capture_claude_code:
             log.warning("no Claude Code transcripts at %s; capture is off", claude_dir)
         try:
             yield
         finally:
             tg.cancel_scope.cancel()
+
+
+async def _guarded(what: str, task: Callable[[], Awaitable[None]]) -> None:
+    """A source that fails stops alone, logged; the server keeps serving."""
+    try:
+        await task()
+    except Exception:  # noqa: BLE001 - cancellation is not an Exception and still propagates
+        log.exception("%s stopped", what)
 
 
 def watch_summary(folder: Path, report: SyncReport) -> str:

@@ -223,3 +223,11 @@ def test_watch_once_reconciles_from_the_command_line(home, repo, capsys):
     assert "note docs/guide.md > Guide > Setup" in capsys.readouterr().out
     assert main(["watch", str(repo / "missing"), "--project", PROJECT, "--once"]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+async def test_a_folder_reached_through_a_symlink_is_watched(memory, repo, tmp_path):
+    (tmp_path / "link").symlink_to(repo)
+    async with watching(memory, tmp_path / "link" / "docs") as (first, reports):
+        write(repo / "docs" / "linked.md", "Reached through a symlink.")
+        change = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and change.paths == ("docs/linked.md",)
