@@ -154,7 +154,9 @@ def create_server(settings: Settings) -> MCPServer:
         Use it for what a later task should know: a user's request or preference, a decision and
         why (record a replacement with `supersedes` naming the old decision's ref), notes about a
         file. The batch is all or nothing. Items with the same `ref` update in place; identical
-        content is stored once. `project` defaults to the server's project."""
+        content is stored once. What looks like a credential (API keys, tokens, passwords,
+        private keys) is stored as a `[REDACTED:<kind>]` marker. `project` defaults to the
+        server's project."""
         name = _core(settings.resolve_project, project)
         raw = [it.model_dump(exclude_none=True) for it in items]
         return stored(name, _core(memory_of(ctx).remember, name, raw))
