@@ -151,6 +151,8 @@ class Store:
         plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
         rows: list[tuple[Any, ...]] = []
         shrunk: list[tuple[str, int]] = []
+        same: dict[str, int] = {}  # key -> id of chunks whose stored row already has this content
+        rehash: list[tuple[str, int]] = []
         for p in batch:
             item = p.item
             old = by_ref.get(item.ref, []) if item.ref else []
@@ -167,11 +169,17 @@ class Store:
                     for c in p.chunks]
             if not item.ref:
                 by_hash[p.hash] = ()  # a second identical item in this batch is not stored again
-            rows.extend(self._row(item, p.hash, key, c) for key, c in zip(keys, p.chunks))
+            new_rows = [self._row(item, p.hash, key, c) for key, c in zip(keys, p.chunks)]
+            kept = self._unchanged_chunks(cur, project, item, new_rows) if old else {}
+            rows.extend(r for r in new_rows if r[0] not in kept)  # only changed chunks are rewritten
+            rehash.extend((p.hash, uid) for uid in kept.values())
+            same.update(kept)
             if len(old) > len(p.chunks):
                 shrunk.append((item.ref, len(p.chunks)))
             plans.append((p, "updated" if old else "stored", keys))
-        ids = self._bulk_upsert(cur, project, rows)
+        ids = {**same, **self._bulk_upsert(cur, project, rows)}
+        for chash, uid in rehash:
+            cur.execute("UPDATE units SET content_hash = ? WHERE id = ?", [chash, uid])
         for ref, keep in shrunk:
             cur.execute("DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ?",
                         [project, ref, keep])
@@ -398,3 +406,68 @@ class Store:
         row = self.cursor().execute("SELECT project, payload FROM slates WHERE slate_id = ?",
                                     [slate_id]).fetchone()
         return (row[0], json.loads(row[1])) if row else None
+
+    # ---- sources that write on their own (note watcher) ---------------------------------------
+
+    def _unchanged_chunks(self, cur: duckdb.DuckDBPyConnection, project: str, item: Item,
+                         rows: list[tuple[Any, ...]]) -> dict[str, int]:
+        """The planned rows (see `_row`) whose stored row already holds the same content and
+        fields, as key -> id: an edit to one section of a note rewrites only that chunk, and the
+        others keep their recording time. An explicit `at` that differs rewrites them all."""
+        stored = {row[0]: row[1:] for row in cur.execute(
+            "SELECT key, id, kind, ref, chunk, text, tokens, session, role, speaker, title, status, "
+            "path, heading, recorded_at FROM units WHERE project = ? AND ref = ?",
+            [project, item.ref]).fetchall()}
+        kept = {}
+        for row in rows:  # row: key, kind, ref, chunk, hash, text, ..., heading, at
+            old = stored.get(row[0])  # id, kind, ref, chunk, text, ..., heading, recorded_at
+            same = old is not None and old[1:4] == row[1:4] and old[4:13] == row[5:14]
+            if same and (item.at is None or old[13] == item.at):
+                kept[row[0]] = int(old[0])
+        return kept
+
+    def sources(self, project: str, ref_prefixes: tuple[str, ...], path_prefix: str = ""
+                ) -> list["SourceRow"]:
+        """Every item whose ref starts with one of `ref_prefixes` and whose path lies under
+        `path_prefix` ('' for all): the units a source such as the note watcher owns."""
+        like = " OR ".join("starts_with(ref, ?)" for _ in ref_prefixes) or "false"
+        rows = self.cursor().execute(
+            f"SELECT ref, path, kind, content_hash FROM units WHERE project = ? AND chunk = 0 "
+            f"AND path IS NOT NULL AND starts_with(path, ?) AND ({like}) ORDER BY ref",
+            [project, path_prefix, *ref_prefixes]).fetchall()
+        return [SourceRow(*row) for row in rows]
+
+    def rename_ref(self, project: str, old_ref: str, new_ref: str, path: str | None) -> list[int]:
+        """Give an item (all its chunks) a new ref and path in place, keeping its unit ids: a
+        renamed file keeps its identity. Refused if `new_ref` is taken or `old_ref` unknown."""
+        check_project(project)
+        with self._write_lock:
+            cur = self.cursor()
+            cur.execute("BEGIN")
+            try:
+                taken = cur.execute("SELECT count(*) FROM units WHERE project = ? AND ref = ?",
+                                    [project, new_ref]).fetchone()[0]
+                if taken:
+                    raise InputError(f"ref {new_ref!r} already exists in project {project!r}")
+                ids = [r[0] for r in cur.execute(
+                    "UPDATE units SET ref = ?, key = 'ref:' || ? || '#' || CAST(chunk AS VARCHAR), "
+                    "path = coalesce(?, path) WHERE project = ? AND ref = ? RETURNING id",
+                    [new_ref, new_ref, path, project, old_ref]).fetchall()]
+                if not ids:
+                    raise InputError(f"ref {old_ref!r} names nothing in project {project!r}")
+                self._bump(cur, project)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return sorted(ids)
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """What the store holds for one item of a source: its ref, path, kind and content hash."""
+
+    ref: str
+    path: str
+    kind: str
+    content_hash: str

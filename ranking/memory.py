@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import Any, Sequence
 from ..indexing.embedder import Embedder, OnnxEmbedder
 from ..indexing.errors import InputError, StoreError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
-from ..indexing.sessions import SessionIndex, SessionSnapshot
 from ..indexing.models import INSTALL_HINT, active, models_dir
-from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
+from ..indexing.redact import redact_item
+from ..indexing.sessions import SessionIndex, SessionSnapshot
+from ..indexing.sink import Ingested
 from ..indexing.store import Store, WriteResult
+from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
 from ..indexing.units import Unit, check_project, parse_time, validate_batch
 from .candidates import Channel, Pool, generate_pool
 from .cross_encoder import Reranker, load_reranker
@@ -51,7 +54,8 @@ class RecallConfig:
 class Memory:
     def __init__(self, store: Store, channels: Sequence[Channel], ranker: Ranker | None = None,
                  config: RecallConfig = RecallConfig(), dense: DenseIndex | None = None,
-                 worker: EmbeddingWorker | None = None, problems: Sequence[str] = ()) -> None:
+                 worker: EmbeddingWorker | None = None, problems: Sequence[str] = (),
+                 redact: bool = True) -> None:
         self.store = store
         self.channels = list(channels)
         self.ranker: Ranker = ranker or PoolOrderRanker()
@@ -60,10 +64,11 @@ class Memory:
         self.worker = worker
         self.problems = list(problems)  # what is degraded, said in every explanation
         self.sessions = SessionIndex(store)
+        self.redact = redact  # secrets are replaced by markers before anything is stored
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
-             background: bool = True, ranker_model: Path | None = None) -> "Memory":
+             background: bool = True, ranker_model: Path | None = None, redact: bool = True) -> "Memory":
         """The store, its derived indexes and the active models under `home`. A missing or broken
         model degrades (to lexical retrieval, to fusion order), logged once and stated in
         every explanation."""
@@ -77,7 +82,7 @@ class Memory:
         ranker, ranker_problems = load_ranker(ranker_model, embedder, reranker)
         for problem in problems + ranker_problems:
             log.warning("%s", problem)
-        return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems)
+        return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems, redact)
 
     def close(self) -> None:
         if self.worker is not None:
@@ -97,10 +102,24 @@ class Memory:
     # ---- stage 1 ----------------------------------------------------------------------------
 
     def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
-        results = self.store.write(check_project(project), validate_batch(raw_items))
+        return list(self.ingest(project, raw_items).results)
+
+    def ingest(self, project: str, raw_items: list[dict[str, Any]]) -> Ingested:
+        """Redact (unless turned off), validate and store a batch; every write path comes here."""
+        check_project(project)
+        counts: Counter[str] = Counter()
+        if self.redact and isinstance(raw_items, list):
+            redacted = [redact_item(raw) for raw in raw_items]
+            raw_items = [raw for raw, _ in redacted]
+            for _, found in redacted:
+                counts.update(found)
+        results = self.store.write(project, validate_batch(raw_items))
         if self.worker is not None:
-            self.worker.notify()  # embedding happens in the background; remember never waits
-        return results
+            self.worker.notify()  # embedding happens in the background; the write never waits
+        if counts:
+            log.info("redacted %d secret(s) before storing in %s: %s", sum(counts.values()), project,
+                     ", ".join(f"{name} x{n}" for name, n in sorted(counts.items())))
+        return Ingested(tuple(results), dict(counts))
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
         if not refs or not all(isinstance(r, str) and r.strip() for r in refs):

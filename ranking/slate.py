@@ -9,6 +9,7 @@ so nothing inside a memory can pass itself off as the slate's own framing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Mapping, Sequence
@@ -73,9 +74,21 @@ def section(unit: Unit, inputs: SlateInputs) -> tuple[tuple, str]:
     return (2, start, unit.session), f"## session {unit.session} ({start:%Y-%m-%d %H:%M})"
 
 
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
+
+
+def shown_ref(unit: Unit) -> str | None:
+    """The ref an item line shows. Refs that repeat the path (a note's default ref, a watched
+    file's `file:<path>`) or are machine keys (a transcript line's uuid, about 37 tokens) are
+    left out: the id names the item as well, and `items` still carries every ref."""
+    if not unit.ref or unit.ref in (unit.path, f"file:{unit.path}") or _UUID.match(unit.ref):
+        return None
+    return unit.ref
+
+
 def render_item(unit: Unit, inputs: SlateInputs) -> str:
-    shown_ref = unit.ref if unit.ref and unit.ref != unit.path else None
-    label = f"[#{unit.id}" + (f" {shown_ref}" if shown_ref else "") + "]"
+    shown = shown_ref(unit)
+    label = f"[#{unit.id}" + (f" {shown}" if shown else "") + "]"
     if unit.kind == "turn":
         who = unit.speaker or unit.role
         head = f"{label} {who}:"

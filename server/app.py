@@ -19,6 +19,7 @@ from ..indexing.store import WriteResult
 from ..ranking.memory import Memory, RecallConfig
 from ..ranking.slate import Slate
 from .settings import Settings
+from .sources import background_sources
 
 log = logging.getLogger("agentmemrec")
 T = TypeVar("T")
@@ -133,11 +134,12 @@ def create_server(settings: Settings) -> MCPServer:
     async def lifespan(_: MCPServer) -> AsyncIterator[Memory]:
         memory = await anyio.to_thread.run_sync(lambda: Memory.open(
             settings.home, RecallConfig(pool_size=settings.pool_size), settings.device,
-            ranker_model=settings.ranker_model))
+            ranker_model=settings.ranker_model, redact=settings.redact))
         log.info("memory store %s; project %s; allowed %s", memory.store.path, settings.project,
                  ",".join(sorted(settings.allowed)))
         try:
-            yield memory
+            async with background_sources(settings, memory):  # watched notes, captured sessions
+                yield memory
         finally:
             memory.close()
 
@@ -154,7 +156,9 @@ def create_server(settings: Settings) -> MCPServer:
         Use it for what a later task should know: a user's request or preference, a decision and
         why (record a replacement with `supersedes` naming the old decision's ref), notes about a
         file. The batch is all or nothing. Items with the same `ref` update in place; identical
-        content is stored once. `project` defaults to the server's project."""
+        content is stored once. What looks like a credential (API keys, tokens, passwords,
+        private keys) is stored as a `[REDACTED:<kind>]` marker. `project` defaults to the
+        server's project."""
         name = _core(settings.resolve_project, project)
         raw = [it.model_dump(exclude_none=True) for it in items]
         return stored(name, _core(memory_of(ctx).remember, name, raw))

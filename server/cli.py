@@ -1,4 +1,4 @@
-"""The `agentmemrec` command line: serve, import, recall, explain, forget, demo, eval."""
+"""The `agentmemrec` command line: serve, import, watch, recall, explain, forget, demo, eval."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from ..indexing.errors import InputError, StoreError
 from .console import emit
-from .settings import Settings
+from .settings import Settings, watch_folders
 
 log = logging.getLogger("agentmemrec")
 IMPORT_BATCH = 1000
@@ -30,6 +30,55 @@ def _project_args(p: argparse.ArgumentParser, allow: bool = False) -> None:
         p.add_argument("--allow", default="", help="other projects this server may serve, comma-separated")
 
 
+def _note_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--glob", action="append", default=None, metavar="PATTERN",
+                   help="file names that are notes (repeatable; default *.md *.markdown *.mdx "
+                        "*.rst *.txt)")
+
+
+def _redact_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-redact", action="store_true",
+                   help="store secrets as they are (by default they become [REDACTED:<kind>])")
+
+
+def _transcript_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project-map", type=Path, default=None,
+                   help="JSON or TOML file mapping cwd prefixes to projects (claude-code)")
+    p.add_argument("--include-sidechains", action="store_true",
+                   help="also store subagent (sidechain) turns (claude-code)")
+
+
+def _serve_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--watch", action="append", default=[], metavar="DIR",
+                   help="keep this folder's notes and ADRs in the project (repeatable)")
+    _note_args(p)
+    _redact_arg(p)
+    p.add_argument("--capture-claude-code", action="store_true",
+                   help="store Claude Code sessions of the served projects as they are written")
+    p.add_argument("--claude-dir", type=Path, default=None,
+                   help="where Claude Code keeps transcripts (default ~/.claude/projects)")
+    _transcript_args(p)
+
+
+def _source_parsers(sub: Any) -> None:
+    p = sub.add_parser("import", help="import a JSONL file of remember items, or Claude Code "
+                       "transcripts: import claude-code [DIR]")
+    p.add_argument("file", type=Path, metavar="FILE|claude-code",
+                   help="a JSONL file, one remember item per line; or the word claude-code")
+    p.add_argument("dir", type=Path, nargs="?", default=None,
+                   help="claude-code: a transcript folder or file (default ~/.claude/projects)")
+    _project_args(p)
+    _transcript_args(p)
+    _redact_arg(p)
+
+    p = sub.add_parser("watch", help="keep a folder's notes and ADRs in a project")
+    p.add_argument("folder", type=Path)
+    _project_args(p)
+    _note_args(p)
+    p.add_argument("--once", action="store_true", help="reconcile once and exit")
+    _redact_arg(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentmemrec", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
@@ -44,9 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
     p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
 
-    p = sub.add_parser("import", help="import a JSONL file, one remember item per line")
-    p.add_argument("file", type=Path)
-    _project_args(p)
+    _serve_source_args(p)
+    _source_parsers(sub)
 
     p = sub.add_parser("recall", help="print the slate for a query")
     p.add_argument("query")
@@ -139,14 +187,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _memory(settings: Settings):  # noqa: ANN202 - Memory; imported lazily so --help stays fast
     from ..ranking.memory import Memory, RecallConfig  # noqa: PLC0415
-    return Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size))
+    return Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size),
+                       redact=settings.redact)
+
+
+def source_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of watched notes, transcripts and redaction, from whichever flags exist."""
+    extra: dict[str, Any] = {"redact": not getattr(args, "no_redact", False)}
+    if getattr(args, "glob", None):
+        extra["note_globs"] = tuple(args.glob)
+    if getattr(args, "claude_dir", None):
+        extra["claude_dir"] = args.claude_dir
+    if getattr(args, "project_map", None):
+        extra["project_map"] = args.project_map
+    extra["include_sidechains"] = getattr(args, "include_sidechains", False)
+    return extra
+
+
+def serve_settings(args: argparse.Namespace) -> Settings:
+    return Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
+                         ranker_model=args.ranker_model, watch=watch_folders(args.watch),
+                         capture_claude_code=args.capture_claude_code, **source_settings(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .app import create_server  # noqa: PLC0415
-    settings = Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
-                             ranker_model=args.ranker_model)
-    server = create_server(settings)
+    server = create_server(serve_settings(args))
     if args.http:
         server.run("streamable-http", host=args.host, port=args.port)
     else:
@@ -186,7 +252,12 @@ def import_items(memory: Any, project: str, items: list[dict[str, Any]], label: 
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    settings = Settings.load(args.project)
+    if str(args.file) == "claude-code":  # a file of that name: pass ./claude-code
+        return cmd_import_claude_code(args)
+    if args.dir is not None:
+        raise InputError(f"import takes one JSONL file; {args.dir} is extra "
+                         "(use 'import claude-code DIR' for transcripts)")
+    settings = Settings.load(args.project, **source_settings(args))
     items = read_jsonl(args.file)
     memory = _memory(settings)
     try:
@@ -195,6 +266,30 @@ def cmd_import(args: argparse.Namespace) -> int:
         memory.close()
     emit(f"{len(items)} items read, {changed} stored or updated in project {settings.project}")
     return 0
+
+
+def cmd_import_claude_code(args: argparse.Namespace) -> int:
+    from .sources import import_claude_code, import_summary  # noqa: PLC0415
+    settings = Settings.load(args.project, **source_settings(args))
+    memory = _memory(settings)
+    try:
+        report = import_claude_code(memory, settings, args.dir, args.project)
+    finally:
+        memory.close()
+    for line in import_summary(report):
+        emit(line)
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from .sources import run_watch  # noqa: PLC0415
+    settings = Settings.load(args.project, **source_settings(args))
+    [folder] = watch_folders([args.folder])
+    memory = _memory(settings)
+    try:
+        return run_watch(memory, settings, folder, args.once, emit)
+    finally:
+        memory.close()
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
@@ -340,8 +435,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "models": cmd_models, "serve": cmd_serve, "import": cmd_import, "recall": cmd_recall, "explain": cmd_explain,
-            "forget": cmd_forget, "demo": cmd_demo, "eval": cmd_eval}
+COMMANDS = {"serve": cmd_serve, "import": cmd_import, "watch": cmd_watch, "recall": cmd_recall,
+            "explain": cmd_explain, "forget": cmd_forget, "demo": cmd_demo, "eval": cmd_eval,
+            "train": cmd_train, "models": cmd_models}
 
 if __name__ == "__main__":
     sys.exit(main())

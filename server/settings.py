@@ -10,6 +10,7 @@ from typing import Mapping
 import platformdirs
 
 from ..indexing.errors import InputError
+from ..indexing.notes import DEFAULT_GLOBS
 from ..indexing.units import check_project
 
 HOME_ENV = "AGENTMEMREC_HOME"
@@ -28,6 +29,13 @@ class Settings:
     pool_size: int = 128
     device: str = "auto"
     ranker_model: Path | None = None  # default: the model shipped in the package
+    redact: bool = True  # secrets become [REDACTED:<kind>] before anything is stored
+    watch: tuple[Path, ...] = ()  # folders whose notes and ADRs follow into the default project
+    note_globs: tuple[str, ...] = DEFAULT_GLOBS
+    capture_claude_code: bool = False  # store Claude Code sessions as they are written
+    claude_dir: Path = Path("~/.claude/projects")
+    project_map: Path | None = None  # cwd prefix -> project overrides for transcripts
+    include_sidechains: bool = False
 
     @classmethod
     def load(cls, project: str | None = None, allow: str | list[str] | None = None,
@@ -46,3 +54,12 @@ class Settings:
                              f"{', '.join(sorted(self.allowed))} (start the server with "
                              "--allow to serve more)")
         return name
+
+
+def watch_folders(paths: list[str] | list[Path] | None) -> tuple[Path, ...]:
+    """The folders to watch, resolved; each must exist."""
+    folders = tuple(Path(p).expanduser().resolve() for p in paths or ())
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise InputError(f"cannot watch {', '.join(missing)}: not a directory")
+    return folders

@@ -1,0 +1,159 @@
+"""Secret redaction before anything is stored: a table of named patterns and one pure function.
+
+Every write path (the `remember` tool, CLI imports, the note watcher, transcript capture) goes
+through `Memory.ingest`, which applies `redact_item` unless the server runs with `--no-redact`.
+A match is replaced by `[REDACTED:<name>]`; markers never match a pattern again, so redacting
+twice changes nothing. The patterns err towards redacting: a stored secret cannot be unstored
+from every backup, a lost word costs little.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+REDACTED_FIELDS = ("text", "title")
+
+
+def marker(name: str) -> str:
+    return f"[REDACTED:{name}]"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A named secret shape. `group` is the part replaced (0: the whole match); `accept` may
+    veto a match (placeholders, code, ordinary words)."""
+
+    name: str
+    regex: re.Pattern[str]
+    group: int = 0
+    accept: Callable[[re.Match[str]], bool] = field(default=lambda _match: True)
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of `value`'s character distribution (Shannon 1948)."""
+    if not value:
+        return 0.0
+    counts = Counter(value)
+    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+
+
+def _looks_random(match: re.Match[str]) -> bool:
+    """High-entropy values in env-like lines: long, mixed letters and digits, >= 3.5 bits/char."""
+    value = match.group(2)
+    has_letter = any(c.isalpha() for c in value)
+    has_digit = any(c.isdigit() for c in value)
+    return len(value) >= 16 and has_letter and has_digit and shannon_entropy(value) >= 3.5
+
+
+def _is_placeholder(value: str) -> bool:
+    lowered = value.lower()
+    prefixes = ("none", "null", "true", "false", "changeme", "password", "secret", "xxxx", "****",
+                "redacted", "example", "your_", "your-", "<", "$", "{{", "%(")
+    return lowered.startswith(prefixes) or set(lowered) <= {"*", "x", "."}
+
+
+def _is_code(value: str) -> bool:
+    """`password = form.password`, `token = read_token`, `secretName: db-credentials`: a name
+    in code or configuration, not a value."""
+    return bool(re.fullmatch(r"[A-Za-z_]+(?:\.[A-Za-z_]+)+|[a-z]+(?:_[a-z]+)+|[a-z]+(?:-[a-z]+)+",
+                             value))
+
+
+def _assigned(match: re.Match[str]) -> bool:
+    """`password=...`: any value that is neither a placeholder nor, unquoted, a name in code."""
+    quoted, value = match.group(1), match.group(2)
+    return not _is_placeholder(value) and (bool(quoted) or not _is_code(value))
+
+
+def _stated(match: re.Match[str]) -> bool:
+    """`secret: ...` in YAML, JSON or prose: quoted values, or unquoted ones unlike a word."""
+    quoted, value = match.group(1), match.group(2)
+    if _is_placeholder(value) or _is_code(value):
+        return False
+    return bool(quoted) or (len(value) >= 8 and not value.isalpha())
+
+
+def _credential_in_url(match: re.Match[str]) -> bool:
+    return not _is_placeholder(match.group(1))
+
+
+# Every pattern is linear in the text: a token may start only where its own character run
+# starts (a lookbehind), and runs are possessive or bounded, so "sk-sk-sk-..." or
+# "token_token_..." cost one scan, not one per position.
+_KEY = (r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|"
+        r"private[_-]?key)(?![a-z0-9])[A-Za-z0-9_]{0,24}+[\"']?")  # DB_PASSWORD, clientSecret
+_VALUE = (r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?]{4,512}+)\1"
+          r"(?![A-Za-z0-9_\-./+=!@#$%^&*~?(\[])")  # a value, not a call or an index
+_B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
+
+# Order matters: specific provider shapes first, so a key is named for what it is; the generic
+# assignment and entropy rules then catch what is left.
+PATTERNS: tuple[Pattern, ...] = (
+    Pattern("private-key", re.compile(
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL)),
+    Pattern("anthropic-key", re.compile(_B64 + r"sk-ant-[A-Za-z0-9_-]{20,}+")),
+    Pattern("openai-key", re.compile(_B64 + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}+")),
+    Pattern("stripe-key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+")),
+    Pattern("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+    Pattern("aws-secret-key", re.compile(
+        r"(?i)\baws_?secret_?access_?key\b[\"']?\s*+[=:]\s*+[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
+        group=1),
+    Pattern("github-token", re.compile(
+        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)")),
+    Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+")),
+    Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}")),
+    Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")),
+    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1),
+    Pattern("url-credentials", re.compile(
+        r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{1,64}+:([^\s@/]{3,128}+)@"),
+        group=1, accept=_credential_in_url),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated),
+    Pattern("high-entropy", re.compile(
+        r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"
+        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random),
+)
+
+
+@dataclass(frozen=True)
+class Redacted:
+    text: str
+    counts: Mapping[str, int]  # pattern name -> replacements
+
+
+def redact(text: str, patterns: tuple[Pattern, ...] = PATTERNS) -> Redacted:
+    """Replace every secret-looking span of `text` by its marker; count replacements by name."""
+    counts: Counter[str] = Counter()
+    for pattern in patterns:
+        text = pattern.regex.sub(lambda m, p=pattern: _replace(m, p, counts), text)
+    return Redacted(text, dict(counts))
+
+
+def _replace(match: re.Match[str], pattern: Pattern, counts: Counter[str]) -> str:
+    value = match.group(pattern.group)
+    if not value or value.startswith("[REDACTED") or not pattern.accept(match):
+        return match.group(0)
+    counts[pattern.name] += 1
+    start, end = match.start(pattern.group) - match.start(), match.end(pattern.group) - match.start()
+    whole = match.group(0)
+    return whole[:start] + marker(pattern.name) + whole[end:]
+
+
+def redact_item(raw: Any) -> tuple[Any, Mapping[str, int]]:
+    """A raw remember item with its text fields redacted; anything else is returned as is
+    (validation, not redaction, rejects malformed items)."""
+    if not isinstance(raw, dict):
+        return raw, {}
+    out, counts = dict(raw), Counter[str]()
+    for name in REDACTED_FIELDS:
+        value = raw.get(name)
+        if isinstance(value, str):
+            result = redact(value)
+            out[name] = result.text
+            counts.update(result.counts)
+    return out, dict(counts)

@@ -1,0 +1,118 @@
+"""Memory that follows the files: the note watcher and Claude Code capture, wired to settings.
+
+`background_sources` runs them as tasks inside the server's lifespan, sharing its `Memory`;
+`run_watch` and `import_claude_code` are the CLI's `watch` and `import claude-code`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import AsyncIterator, Awaitable, Callable
+
+import anyio
+
+from ..indexing.capture import ImportReport, Target, capture_claude_code, import_files, transcript_files
+from ..indexing.notes import NoteRules
+from ..indexing.transcripts import ProjectMap, TranscriptOptions
+from ..indexing.watcher import NoteWatcher, SyncReport, watch_notes
+from ..ranking.memory import Memory
+from .settings import Settings
+
+log = logging.getLogger("agentmemrec")
+
+
+def note_rules(settings: Settings) -> NoteRules:
+    return NoteRules(globs=settings.note_globs)
+
+
+def capture_target(settings: Settings, projects: frozenset[str] | None) -> Target:
+    return Target(projects, ProjectMap.load(settings.project_map),
+                  TranscriptOptions(include_sidechains=settings.include_sidechains))
+
+
+def capture_state(settings: Settings) -> Path:
+    return settings.home / "capture" / "claude-code.json"
+
+
+@asynccontextmanager
+async def background_sources(settings: Settings, memory: Memory) -> AsyncIterator[None]:
+    """Watch the configured folders and capture transcripts while the server runs."""
+    if not settings.watch and not settings.capture_claude_code:
+        yield
+        return
+    async with anyio.create_task_group() as tg:
+        for folder in settings.watch:
+            tg.start_soon(_guarded, f"watching {folder}", partial(
+                watch_notes, memory, settings.project, folder, note_rules(settings)))
+        claude_dir = settings.claude_dir.expanduser()
+        if settings.capture_claude_code and claude_dir.is_dir():
+            tg.start_soon(_guarded, "Claude Code capture", partial(
+                capture_claude_code, memory, claude_dir, capture_target(settings, settings.allowed),
+                capture_state(settings)))
+        elif settings.capture_claude_code:
+            log.warning("no Claude Code transcripts at %s; capture is off", claude_dir)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def _guarded(what: str, task: Callable[[], Awaitable[None]]) -> None:
+    """A source that fails stops alone, logged; the server keeps serving."""
+    try:
+        await task()
+    except Exception:  # noqa: BLE001 - cancellation is not an Exception and still propagates
+        log.exception("%s stopped", what)
+
+
+def watch_summary(folder: Path, report: SyncReport) -> str:
+    line = (f"{folder}: {report.written} written, {report.renamed} renamed, "
+            f"{report.forgotten} removed")
+    return line + (f", {len(report.failed)} failed" if report.failed else "")
+
+
+def run_watch(memory: Memory, settings: Settings, folder: Path, once: bool,
+              emit: Callable[[str], None]) -> int:
+    """`agentmemrec watch`: one reconciliation, then (unless `once`) every change until ^C."""
+    if once:
+        report = NoteWatcher(memory, settings.project, folder, note_rules(settings)).handle()
+        emit(watch_summary(folder, report))
+        return 1 if report.failed else 0
+
+    async def loop() -> None:
+        async with anyio.create_task_group() as tg:
+            first = await tg.start(lambda task_status: watch_notes(
+                memory, settings.project, folder, note_rules(settings),
+                on_sync=lambda r: emit(watch_summary(folder, r)), task_status=task_status))
+            emit(watch_summary(folder, first) + f"; watching for changes (project {settings.project})")
+
+    try:
+        anyio.run(loop)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def import_claude_code(memory: Memory, settings: Settings, source: Path | None,
+                       project: str | None) -> ImportReport:
+    """`agentmemrec import claude-code`: every transcript under `source`, with a progress bar."""
+    from tqdm import tqdm  # noqa: PLC0415
+    files = transcript_files(source or settings.claude_dir)
+    target = capture_target(settings, frozenset({project}) if project else None)
+    with tqdm(total=len(files), desc="claude-code", unit="file", file=sys.stderr, disable=None) as bar:
+        return import_files(memory, files, target, progress=lambda _file, _report: bar.update(1))
+
+
+def import_summary(report: ImportReport) -> list[str]:
+    projects = ", ".join(f"{p} {n}" for p, n in sorted(report.projects.items())) or "none"
+    lines = [f"{report.files} files, {report.lines} lines read, {report.stored} turns stored or "
+             f"updated, {report.unchanged} unchanged; turns by project: {projects}"]
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items()))
+    lines.append(f"skipped {sum(report.skipped.values())} lines" + (f": {skipped}" if skipped else ""))
+    redacted = ", ".join(f"{k} {v}" for k, v in sorted(report.redactions.items()))
+    lines.append(f"redacted {sum(report.redactions.values())} secrets" + (f": {redacted}" if redacted else ""))
+    return lines
