@@ -7,7 +7,6 @@ product's selection (`Memory.select` then `Memory.build` per budget, the code `r
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import statistics
@@ -73,7 +72,7 @@ class CaseStores:
 
     def reranker(self) -> Reranker:
         if self.models.reranker is None:
-            raise Unavailable(f"no reranker installed; install one with: agentmemrec models install "
+            raise Unavailable("no reranker installed; install one with: agentmemrec models install "
                               "BAAI/bge-reranker-v2-m3 --as reranker")
         return self.models.reranker
 

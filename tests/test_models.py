@@ -4,7 +4,6 @@ bge-reranker-v2-m3 architecture, random weights) against torch."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

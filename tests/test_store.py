@@ -8,7 +8,6 @@ import pytest
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store import MIGRATIONS, Store
 from agentmemrec.indexing.units import validate_batch
-from agentmemrec.ranking.memory import Memory
 
 
 def write(store: Store, project: str, *raw: dict) -> list:
