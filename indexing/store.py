@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import duckdb
 
-from .errors import InputError, StoreError
+from .errors import InputError, StoreError, StoreLocked
 from .units import Chunk, Item, Unit, check_project, chunk_item, content_hash
 
 MIGRATIONS: list[str] = [
@@ -47,8 +47,14 @@ MIGRATIONS: list[str] = [
     CREATE TABLE slates (slate_id VARCHAR PRIMARY KEY, project VARCHAR NOT NULL,
                          created_at TIMESTAMP NOT NULL, payload VARCHAR NOT NULL);
     """,
+    # 2: bearer tokens for the HTTP transport: only a hash of each secret is kept
+    """
+    CREATE TABLE tokens (name VARCHAR PRIMARY KEY, secret_sha256 VARCHAR NOT NULL UNIQUE,
+                         projects VARCHAR[] NOT NULL, created_at TIMESTAMP NOT NULL);
+    """,
 ]
 
+DatabaseError = duckdb.Error  # what a failing query raises; the process boundary maps it to StoreError
 UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
                 "title, status, supersedes, superseded_by, path, heading")
 
@@ -77,6 +83,13 @@ def _row_to_unit(row: tuple[Any, ...]) -> Unit:
     return Unit(*row)
 
 
+def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
+    if "Could not set lock" in str(exc):
+        return StoreLocked(f"the memory store {path} is open in another program: {exc}")
+    return StoreError(f"cannot open the memory store {path}: {exc}. Move the damaged file aside "
+                      "to start an empty store, or put a backup in its place")
+
+
 class Store:
     """One DuckDB file. Thread-safe: a cursor per call, writes serialised by a lock."""
 
@@ -85,10 +98,14 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._conn = duckdb.connect(str(self.path))
-        except duckdb.IOException as exc:
-            raise StoreError(f"cannot open the memory store {self.path}: {exc}") from exc
+        except duckdb.Error as exc:
+            raise _open_error(self.path, exc) from exc
         self._write_lock = threading.Lock()
-        self._migrate()
+        try:
+            self._migrate()
+        except duckdb.Error as exc:  # e.g. a truncated file fails at its first read
+            self._conn.close()
+            raise _open_error(self.path, exc) from exc
 
     def close(self) -> None:
         self._conn.close()
