@@ -1,4 +1,7 @@
-"""The `agentmemrec` command line: serve, import, recall, explain, forget, demo, eval."""
+"""The `agentmemrec` command line: serve, import, recall, explain, forget, tokens, demo, eval.
+
+Every command that touches the store goes through `SharedMemory`, so it works while servers run:
+it forwards to the process that owns the store, or owns it itself for its short lifetime."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any, Sequence
 
 from ..indexing.errors import InputError, StoreError
 from .console import emit
-from .settings import Settings
+from .settings import MAX_REQUEST_BYTES, Settings
 
 log = logging.getLogger("agentmemrec")
 IMPORT_BATCH = 1000
@@ -37,9 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the MCP server (stdio by default)")
     _project_args(p, allow=True)
-    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio; "
+                   "every request needs a bearer token from `agentmemrec tokens add`, whose "
+                   "projects replace --project/--allow")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address (default: 127.0.0.1 only)")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
+                   help="largest HTTP request body accepted (default: 16 MiB); larger ones get 413")
     p.add_argument("--pool-size", type=int, default=128)
 
     p = sub.add_parser("import", help="import a JSONL file, one remember item per line")
@@ -61,11 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("refs", nargs="+")
     _project_args(p)
 
+    _tokens_parser(sub)
+
     p = sub.add_parser("demo", help="load a sample history and run recalls through a real MCP client")
     p.add_argument("--home", type=Path, default=None, help="keep the demo store here (default: a temp dir)")
 
     _eval_parser(sub)
     return parser
+
+
+def _tokens_parser(sub: Any) -> None:
+    p = sub.add_parser("tokens", help="bearer tokens for `serve --http`")
+    tokens = p.add_subparsers(dest="tokens_command", required=True)
+    add = tokens.add_parser("add", help="make a token for NAME; prints its secret once")
+    add.add_argument("name")
+    add.add_argument("--projects", required=True,
+                     help="comma-separated projects it may use; the first is its default")
+    tokens.add_parser("list", help="show every token's name and projects (never a secret)")
+    revoke = tokens.add_parser("revoke", help="remove a token; requests with it get 401 at once")
+    revoke.add_argument("name")
 
 
 def _eval_parser(sub: Any) -> None:
@@ -99,17 +120,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _memory(settings: Settings):  # noqa: ANN202 - Memory; imported lazily so --help stays fast
-    from ..ranking.memory import Memory, RecallConfig  # noqa: PLC0415
-    return Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size))
+def _memory(settings: Settings):  # noqa: ANN202 - SharedMemory; imported lazily for a fast --help
+    from ..ranking.memory import RecallConfig  # noqa: PLC0415
+    from .owner import SharedMemory  # noqa: PLC0415
+    return SharedMemory(settings.home, RecallConfig(pool_size=settings.pool_size)).start()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .app import create_server  # noqa: PLC0415
-    settings = Settings.load(args.project, args.allow, pool_size=args.pool_size)
+    settings = Settings.load(args.project, args.allow, pool_size=args.pool_size, http=args.http,
+                             max_request_bytes=args.max_request_bytes)
     server = create_server(settings)
     if args.http:
-        server.run("streamable-http", host=args.host, port=args.port)
+        server.run("streamable-http", host=args.host, port=args.port,
+                   max_request_body_size=settings.max_request_bytes)
     else:
         server.run("stdio")
     return 0
@@ -142,6 +166,9 @@ def import_items(memory: Any, project: str, items: list[dict[str, Any]], label: 
         for start in range(0, len(items), IMPORT_BATCH):
             batch = items[start:start + IMPORT_BATCH]
             stored += sum(r.outcome != "unchanged" for r in memory.remember(project, batch))
+            # Each batch is one transaction: after an interruption, running the import again
+            # stores the rest and leaves the batches already committed unchanged.
+            log.info("%s: items %d-%d committed", label, start + 1, start + len(batch))
             bar.update(len(batch))
     return stored
 
@@ -178,8 +205,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     settings = Settings.load()
     memory = _memory(settings)
-    try:  # the local CLI is the store's owner: every project is visible to it
-        payload = memory.explain(args.slate_id, frozenset(memory.store.projects()) | {settings.project},
+    try:  # the local CLI speaks for the store's owner: every project is visible to it
+        payload = memory.explain(args.slate_id, frozenset(memory.projects()) | {settings.project},
                                  args.ref)
     finally:
         memory.close()
@@ -195,6 +222,28 @@ def cmd_forget(args: argparse.Namespace) -> int:
     finally:
         memory.close()
     emit(f"removed {len(removed)} units from project {settings.project}")
+    return 0
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    from ..indexing.principals import hash_secret, new_secret  # noqa: PLC0415
+    memory = _memory(Settings.load())
+    try:
+        if args.tokens_command == "add":
+            secret = new_secret()
+            principal = memory.call("tokens.add", args.name, hash_secret(secret),
+                                    [p.strip() for p in args.projects.split(",") if p.strip()])
+            emit(secret)
+            log.info("token %r made for projects %s; its secret is shown this once", principal.name,
+                     ",".join(principal.projects))
+        elif args.tokens_command == "list":
+            for p in memory.call("tokens.list"):
+                emit(f"{p.name}\t{','.join(p.projects)}\t{p.created_at:%Y-%m-%d %H:%M}")
+        else:
+            memory.call("tokens.revoke", args.name)
+            emit(f"revoked token {args.name}")
+    finally:
+        memory.close()
     return 0
 
 
@@ -225,7 +274,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"serve": cmd_serve, "import": cmd_import, "recall": cmd_recall, "explain": cmd_explain,
-            "forget": cmd_forget, "demo": cmd_demo, "eval": cmd_eval}
+            "forget": cmd_forget, "tokens": cmd_tokens, "demo": cmd_demo, "eval": cmd_eval}
 
 if __name__ == "__main__":
     sys.exit(main())

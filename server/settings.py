@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,9 @@ from ..indexing.errors import InputError
 from ..indexing.units import check_project
 
 HOME_ENV = "AGENTMEMREC_HOME"
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
+
+log = logging.getLogger("agentmemrec")
 
 
 def default_home(env: Mapping[str, str] = os.environ) -> Path:
@@ -21,11 +25,34 @@ def default_home(env: Mapping[str, str] = os.environ) -> Path:
 
 
 @dataclass(frozen=True)
+class Access:
+    """Who is calling and which projects it may use: the local server's `--project/--allow`, or
+    the principal an HTTP bearer token names."""
+
+    principal: str
+    default: str
+    allowed: frozenset[str]
+    refusal: str  # how the caller gets more access
+
+    def resolve(self, project: str | None) -> str:
+        """The project a call works on; names outside the allowed set are refused and logged."""
+        name = project or self.default
+        if name not in self.allowed:
+            log.warning("denied: %s asked for project %r; allowed: %s", self.principal, name,
+                        ",".join(sorted(self.allowed)))
+            raise InputError(f"project {name!r} {self.refusal}; allowed: "
+                             f"{', '.join(sorted(self.allowed))}")
+        return name
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     project: str = "default"
     allowed: frozenset[str] = frozenset({"default"})
     pool_size: int = 128
+    http: bool = False  # serving HTTP: every call needs a bearer token, which decides its access
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
     @classmethod
     def load(cls, project: str | None = None, allow: str | list[str] | None = None,
@@ -36,11 +63,10 @@ class Settings:
         allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
         return cls(home=default_home(env), project=project, allowed=allowed, **extra)  # type: ignore[arg-type]
 
+    @property
+    def access(self) -> Access:
+        return Access("the local client", self.project, self.allowed,
+                      "is not served by this server (start the server with --allow to serve more)")
+
     def resolve_project(self, project: str | None) -> str:
-        """The project a call works on; names outside the allowed set are refused."""
-        name = project or self.project
-        if name not in self.allowed:
-            raise InputError(f"project {name!r} is not served by this server; allowed: "
-                             f"{', '.join(sorted(self.allowed))} (start the server with "
-                             "--allow to serve more)")
-        return name
+        return self.access.resolve(project)
