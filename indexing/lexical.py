@@ -103,7 +103,10 @@ class LexicalIndex:
         if not current.exists():
             return None
         try:
-            snap_dir = self.root / project / current.read_text().strip()
+            live = current.read_text().strip()
+            if not live or "/" in live or live.startswith("."):
+                raise ValueError(f"CURRENT names {live!r}, not a snapshot")
+            snap_dir = self.root / project / live
             stamp = json.loads((snap_dir / "stamp.json").read_text())
             ids = np.load(snap_dir / "ids.npy")
             if stamp != {**self._stamp(project, generation, len(ids)), "files": _digests(snap_dir)}:
@@ -112,6 +115,7 @@ class LexicalIndex:
         except Exception as exc:  # a damaged snapshot is rebuilt from the rows, never trusted
             log.warning("lexical index for %r is unreadable (%s); rebuilding", project, exc)
             return None
+        _sweep(snap_dir.parent, snap_dir.name)
         return LexicalSnapshot(project, generation, ids, retriever)
 
     def rebuild(self, project: str) -> LexicalSnapshot:
@@ -141,16 +145,22 @@ class LexicalIndex:
         os.replace(tmp, base / name)
         pointer = base / f".CURRENT.{name}"
         pointer.write_text(name)
+        if (base / "CURRENT").is_dir():  # damaged beyond reading: a file cannot replace it
+            shutil.rmtree(base / "CURRENT")
         os.replace(pointer, base / "CURRENT")  # the swap: readers see the old or the new, whole
-        # Only the store's owner process builds, one build at a time: anything else here is an
-        # older snapshot or what a build killed half-way left behind.
-        for old in base.iterdir():
-            if old.name in ("CURRENT", name):
-                continue
-            if old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+        _sweep(base, name)
+
+
+def _sweep(base: Path, live: str) -> None:
+    """Only the store's owner process builds, one build at a time: anything here but the live
+    snapshot is an older one or what a build killed half-way left behind."""
+    for old in base.iterdir():
+        if old.name in ("CURRENT", live):
+            continue
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
 
 
 def _digests(snap_dir: Path) -> dict[str, str]:
