@@ -39,6 +39,7 @@ log = logging.getLogger("agentmemrec.owner")
 
 OWNER_WAIT_S = 30.0  # how long a call waits for some process to own the store
 OPEN_WAIT_S = 10.0  # a killed owner's DuckDB lock can outlive its flock by a moment
+ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
 REPEATABLE = frozenset({"remember", "recall", "explain", "projects", "tokens.list",
                         "tokens.principal"})
 
@@ -253,10 +254,15 @@ class SharedMemory:
                 sock.connect(str(socket_path(self.home)))
             except OSError as exc:  # no socket, or nobody listening on it any more
                 raise _Unanswered(sent=False) from exc
+            sock.settimeout(ANSWER_WAIT_S)
             try:
                 sock.sendall(wire.dumps({"op": op, "args": list(args)}))
                 with sock.makefile("rb") as stream:
                     line = stream.readline()
+            except TimeoutError as exc:  # alive but not answering: asking again would not help
+                raise StoreError(f"the process owning the memory store (its pid is in "
+                                 f"{self.home / 'owner.lock'}) did not answer {op} within "
+                                 f"{ANSWER_WAIT_S:.0f} s") from exc
             except OSError as exc:
                 raise _Unanswered(sent=True) from exc
         if not line.endswith(b"\n"):  # the owner died before it finished answering

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.server import owner as owner_module
 from agentmemrec.server.owner import SharedMemory, socket_path
 from helpers import turn
 
@@ -53,8 +54,9 @@ def test_when_the_owner_leaves_a_follower_takes_over_and_nothing_is_lost(home):
     follower.close()
 
 
-def _owner_that_dies_mid_call(home: Path) -> threading.Thread:
-    """Holds the lock and the socket, takes one request and exits without answering."""
+def _fake_owner(home: Path, release: threading.Event | None = None) -> threading.Thread:
+    """Holds the lock and the socket and takes one request. Without `release` it dies before
+    answering; with it, it hangs (a stopped process) until `release` is set."""
     home.mkdir(parents=True, exist_ok=True)
     fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -65,6 +67,8 @@ def _owner_that_dies_mid_call(home: Path) -> threading.Thread:
     def serve_one() -> None:
         conn, _ = listener.accept()
         conn.makefile("rb").readline()  # the request arrived ...
+        if release is not None:
+            release.wait(timeout=60)
         listener.close()
         socket_path(home.resolve()).unlink()
         os.close(fd)  # ... and the owner is gone before it answers
@@ -76,7 +80,7 @@ def _owner_that_dies_mid_call(home: Path) -> threading.Thread:
 
 
 def test_a_write_whose_owner_died_mid_call_is_repeated_on_the_next_owner(home):
-    dying = _owner_that_dies_mid_call(home)
+    dying = _fake_owner(home)
     follower = SharedMemory(home).start()
     assert not follower.is_owner
     [result] = follower.remember("p", [turn("survives the owner's death", ref="s")])
@@ -87,7 +91,7 @@ def test_a_write_whose_owner_died_mid_call_is_repeated_on_the_next_owner(home):
 
 
 def test_a_forget_whose_reply_was_lost_is_reported_not_repeated(home):
-    dying = _owner_that_dies_mid_call(home)
+    dying = _fake_owner(home)
     follower = SharedMemory(home).start()
     with pytest.raises(StoreError, match="may or may not have been applied"):
         follower.forget("p", ["anything"])
@@ -113,3 +117,15 @@ def test_a_damaged_store_file_is_reported_clearly_and_the_process_stays_up(home)
         with pytest.raises(StoreError, match="not a valid DuckDB database.*Move the damaged file aside"):
             shared.remember("p", [turn("x")])
     shared.close()
+
+
+def test_an_owner_that_hangs_is_reported_not_waited_on_forever(home, monkeypatch):
+    monkeypatch.setattr(owner_module, "ANSWER_WAIT_S", 0.2)
+    release = threading.Event()
+    stuck = _fake_owner(home, release)
+    follower = SharedMemory(home).start()
+    with pytest.raises(StoreError, match="did not answer recall"):
+        follower.recall("p", "anything")
+    release.set()
+    stuck.join(timeout=30)
+    follower.close()
