@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,26 @@ item = st.fixed_dictionaries(
               "title": anything, "status": maybe(anything, "accepted", "proposed", "maybe"),
               "supersedes": maybe(anything, *REFS), "path": maybe(anything, "docs/a.md", "a/../../b"),
               "bogus": anything})
-plain = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40)
-some_ref = st.one_of(st.sampled_from(REFS), st.none(), st.integers(0, 99).map(lambda n: f"v{n}"))
+def legal(value: str) -> bool:
+    return bool(value.replace("\x00", "").strip()) and not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+
+
+# Hostile but legal content: it must be stored as it is and rendered as data.
+legal_text = st.one_of(st.sampled_from([n for n in NASTY if legal(n)]),
+                       st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=60)
+                       ).filter(legal)
+
+
+def refs_of(kind: str, *seeded: str) -> st.SearchStrategy:
+    return st.one_of(st.none(), st.sampled_from(seeded), st.integers(0, 999).map(lambda n: f"{kind}{n}"))
+
+
 valid_item = st.one_of(
     st.builds(lambda t, r: {"kind": "turn", "text": t, "ref": r, "session": "s1", "speaker": "dana"},
-              plain, some_ref),
+              legal_text, refs_of("t", "r0")),
     st.builds(lambda t, r, s: {"kind": "decision", "text": t, "ref": r, "supersedes": s, "title": "T"},
-              plain, some_ref, st.sampled_from(REFS)),
-    st.builds(lambda t, p: {"kind": "note", "text": t, "path": p}, plain, st.sampled_from(["a.md", "d/b.md"])))
+              legal_text, refs_of("d", "r1", "r2"), st.sampled_from([None, "r1", "r2"])),
+    st.builds(lambda t, p: {"kind": "note", "text": t, "path": p}, legal_text, st.sampled_from(["a.md", "d/b.md"])))
 FIELDS = ["kind", "text", "ref", "session", "role", "speaker", "at", "title", "status", "supersedes",
           "path", "bogus"]
 # A valid item with exactly one field made hostile, among valid items: the batch gets as far as
@@ -81,8 +94,9 @@ one_bad_field = st.builds(lambda item, field, value: {**item, field: value}, val
                           st.sampled_from(FIELDS), st.one_of(st.sampled_from(NASTY), text, anything))
 among_valid = st.builds(lambda good, bad, at: [*good[:at], bad, *good[at:]],
                         st.lists(valid_item, max_size=3), one_bad_field, st.integers(0, 3))
-batch = mostly(among_valid, st.lists(st.one_of(valid_item, item), max_size=5), out_of=3)
-projects = maybe(anything, "alpha", "beta", "gamma", "../alpha")
+batch = st.integers(0, 2).flatmap(lambda n: [st.lists(valid_item, min_size=1, max_size=4), among_valid,
+                                             st.lists(st.one_of(valid_item, item), max_size=5)][n])
+projects = mostly(st.sampled_from(["alpha", "beta"]), maybe(anything, "gamma", "../alpha", ""), out_of=3)
 CALLS = {
     "remember": st.fixed_dictionaries({"items": mostly(batch, anything)},
                                       optional={"project": projects}),
@@ -135,6 +149,18 @@ def _bad_item(raw: dict[str, Any]) -> bool:
                    for f in ("ref", "session", "speaker", "title", "path")))
 
 
+SECTION = re.compile(r"## (decisions|notes|conversation|session .+ \(\d{4}-\d\d-\d\d \d\d:\d\d\))")
+
+
+def assert_framing(context: str) -> None:
+    """Memory content is data: the preamble and section headers are the slate's own lines, every
+    item starts with `[#id`, and every further line of stored content is indented."""
+    first, *rest = context.split("\n")
+    assert first.startswith("# memory slate s_")
+    for line in rest:
+        assert line == "" or line.startswith(("[#", "  ")) or SECTION.fullmatch(line), repr(line)
+
+
 async def check_call(client: Any, home: Path, tool: str, args: dict[str, Any]) -> None:
     before = fingerprint(home)
     result = await client.call_tool(tool, args)  # an MCPError (store unavailable) fails the test
@@ -143,8 +169,14 @@ async def check_call(client: Any, home: Path, tool: str, args: dict[str, Any]) -
         assert message.strip() not in (f"Error executing tool {tool}", f"Error executing tool {tool}:"), args
         assert len(message) > len(f"Error executing tool {tool}: ") + 10, message
         assert fingerprint(home) == before, f"a refused {tool} changed the store: {args!r}"
-    else:
-        assert not must_fail(tool, args), f"{tool} accepted an invalid call: {args!r}"
+        return
+    assert not must_fail(tool, args), f"{tool} accepted an invalid call: {args!r}"
+    if tool == "remember":  # what was stored must come back as data, whatever it says
+        text = next(i["text"] for i in args["items"] if isinstance(i.get("text"), str))
+        result = await client.call_tool("recall_slate", {"query": text.replace("\x00", "").strip()[:200],
+                                                         "project": args.get("project")})
+    if tool in ("remember", "recall_slate"):
+        assert_framing(result.structured_content["context"])
 
 
 @pytest.fixture
