@@ -271,6 +271,8 @@ def chunk_item(item: Item) -> list[Chunk]:
     pieces: list[tuple[str | None, str]] = []
     for heading, body in _sections(item.text):
         pieces.extend((heading, part) for part in _pack(body, NOTE_CHUNK_TOKENS))
+    if not pieces:  # headings and nothing under them: the headings are the content
+        pieces = [(None, part) for part in _pack(item.text.strip(), NOTE_CHUNK_TOKENS)]
     return [Chunk(i, text, heading, count_tokens(text)) for i, (heading, text) in enumerate(pieces)]
 
 
