@@ -171,7 +171,8 @@ def create_server(settings: Settings) -> MCPServer:
         Use it for what a later task should know: a user's request or preference, a decision and
         why (record a replacement with `supersedes` naming the old decision's ref), notes about a
         file. The batch is all or nothing. Items with the same `ref` update in place; identical
-        content is stored once. `project` defaults to the server's project."""
+        content is stored once. `project` defaults to the server's project (over HTTP, to the
+        first project of your token)."""
         name = _core(access_of(ctx).resolve, project)
         raw = [it.model_dump(exclude_none=True) for it in items]
         return stored(name, _core(memory_of(ctx).remember, name, raw))
