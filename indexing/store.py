@@ -9,6 +9,7 @@ that derived indexes record and are checked against.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -54,6 +55,7 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
+UNIT_ID = re.compile(r"#?[0-9]{1,18}")  # ASCII digits only ('¹'.isdigit()), and within BIGINT
 DatabaseError = duckdb.Error  # what a failing query raises; the process boundary maps it to StoreError
 UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
                 "title, status, supersedes, superseded_by, path, heading")
@@ -283,7 +285,7 @@ class Store:
     def _resolve_all(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str) -> list[int]:
         rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
                            [project, ref_or_id]).fetchall()
-        if not rows and ref_or_id.lstrip("#").isdigit():
+        if not rows and UNIT_ID.fullmatch(ref_or_id):
             rows = cur.execute("SELECT id FROM units WHERE project = ? AND id = ?",
                                [project, int(ref_or_id.lstrip("#"))]).fetchall()
         return [r[0] for r in rows]
