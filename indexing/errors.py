@@ -12,3 +12,7 @@ class InputError(ValueError):
 
 class StoreError(RuntimeError):
     """The store or a derived index is unusable; the caller cannot fix it by retrying."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the DuckDB file open; it may be about to let go."""

@@ -7,6 +7,7 @@ atomically, so a reader never sees a half-built index; a stale or unreadable sna
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the stamp records a digest of each file
 TOKENIZER = {"lower": True, "stopwords": "en", "stemmer": "english"}
 BM25_PARAMS = {"method": "lucene", "k1": 1.5, "b": 0.75}
 _stemmer = Stemmer.Stemmer(TOKENIZER["stemmer"])
@@ -101,16 +102,20 @@ class LexicalIndex:
         current = self.root / project / "CURRENT"
         if not current.exists():
             return None
-        snap_dir = self.root / project / current.read_text().strip()
         try:
+            live = current.read_text().strip()
+            if not live or "/" in live or live.startswith("."):
+                raise ValueError(f"CURRENT names {live!r}, not a snapshot")
+            snap_dir = self.root / project / live
             stamp = json.loads((snap_dir / "stamp.json").read_text())
             ids = np.load(snap_dir / "ids.npy")
-            if stamp != self._stamp(project, generation, len(ids)):
-                return None
+            if stamp != {**self._stamp(project, generation, len(ids)), "files": _digests(snap_dir)}:
+                return None  # stale, or its files are not the ones it was stamped with
             retriever = bm25s.BM25.load(str(snap_dir / "bm25")) if (snap_dir / "bm25").exists() else None
         except Exception as exc:  # a damaged snapshot is rebuilt from the rows, never trusted
             log.warning("lexical index for %r is unreadable (%s); rebuilding", project, exc)
             return None
+        _sweep(snap_dir.parent, snap_dir.name)
         return LexicalSnapshot(project, generation, ids, retriever)
 
     def rebuild(self, project: str) -> LexicalSnapshot:
@@ -121,7 +126,10 @@ class LexicalIndex:
             retriever = bm25s.BM25(**BM25_PARAMS)
             retriever.index([t or [""] for t in tokens], show_progress=False)
         snap = LexicalSnapshot(project, generation, np.asarray(ids, dtype=np.int64), retriever)
-        self._persist(snap)
+        try:
+            self._persist(snap)
+        except OSError as exc:  # the index is derived: serve it from memory, rebuild next start
+            log.warning("could not save the lexical index for %r (%s); using it unsaved", project, exc)
         return snap
 
     def _persist(self, snap: LexicalSnapshot) -> None:
@@ -132,15 +140,33 @@ class LexicalIndex:
         np.save(tmp / "ids.npy", snap.ids)
         if snap.retriever is not None:
             snap.retriever.save(str(tmp / "bm25"))
-        (tmp / "stamp.json").write_text(json.dumps(self._stamp(snap.project, snap.generation,
-                                                               len(snap.ids))))
+        stamp = {**self._stamp(snap.project, snap.generation, len(snap.ids)), "files": _digests(tmp)}
+        (tmp / "stamp.json").write_text(json.dumps(stamp))
         os.replace(tmp, base / name)
         pointer = base / f".CURRENT.{name}"
         pointer.write_text(name)
+        if (base / "CURRENT").is_dir():  # damaged beyond reading: a file cannot replace it
+            shutil.rmtree(base / "CURRENT")
         os.replace(pointer, base / "CURRENT")  # the swap: readers see the old or the new, whole
-        for old in base.iterdir():
-            if old.name not in ("CURRENT", name) and not old.name.startswith("."):
-                shutil.rmtree(old, ignore_errors=True)
+        _sweep(base, name)
+
+
+def _sweep(base: Path, live: str) -> None:
+    """Only the store's owner process builds, one build at a time: anything here but the live
+    snapshot is an older one or what a build killed half-way left behind."""
+    for old in base.iterdir():
+        if old.name in ("CURRENT", live):
+            continue
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def _digests(snap_dir: Path) -> dict[str, str]:
+    """SHA-256 of every file of a snapshot but its stamp, so a damaged file is noticed at load."""
+    return {str(f.relative_to(snap_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(snap_dir.rglob("*")) if f.is_file() and f.name != "stamp.json"}
 
 
 class Bm25Channel:

@@ -9,6 +9,7 @@ that derived indexes record and are checked against.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Iterator
 
 import duckdb
 
-from .errors import InputError, StoreError
+from .errors import InputError, StoreError, StoreLocked
 from .units import Chunk, Item, Unit, check_project, chunk_item, content_hash
 
 MIGRATIONS: list[str] = [
@@ -56,8 +57,15 @@ MIGRATIONS: list[str] = [
     CREATE TABLE vector_state (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
                                generation BIGINT NOT NULL, PRIMARY KEY (project, model));
     """,
+    # 3: bearer tokens for the HTTP transport: only a hash of each secret is kept
+    """
+    CREATE TABLE tokens (name VARCHAR PRIMARY KEY, secret_sha256 VARCHAR NOT NULL UNIQUE,
+                         projects VARCHAR[] NOT NULL, created_at TIMESTAMP NOT NULL);
+    """,
 ]
 
+UNIT_ID = re.compile(r"#?[0-9]{1,18}")  # ASCII digits only ('¹'.isdigit()), and within BIGINT
+DatabaseError = duckdb.Error  # what a failing query raises; the process boundary maps it to StoreError
 UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
                 "title, status, supersedes, superseded_by, path, heading, content_hash")
 
@@ -86,6 +94,13 @@ def _row_to_unit(row: tuple[Any, ...]) -> Unit:
     return Unit(*row)
 
 
+def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
+    if "Could not set lock" in str(exc):
+        return StoreLocked(f"the memory store {path} is open in another program: {exc}")
+    return StoreError(f"cannot open the memory store {path}: {exc}. Move the damaged file aside "
+                      "to start an empty store, or put a backup in its place")
+
+
 class Store:
     """One DuckDB file. Thread-safe: a cursor per call, writes serialised by a lock."""
 
@@ -94,10 +109,14 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._conn = duckdb.connect(str(self.path))
-        except duckdb.IOException as exc:
-            raise StoreError(f"cannot open the memory store {self.path}: {exc}") from exc
+        except duckdb.Error as exc:
+            raise _open_error(self.path, exc) from exc
         self._write_lock = threading.Lock()
-        self._migrate()
+        try:
+            self._migrate()
+        except duckdb.Error as exc:  # e.g. a truncated file fails at its first read
+            self._conn.close()
+            raise _open_error(self.path, exc) from exc
 
     def close(self) -> None:
         self._conn.close()
@@ -283,7 +302,7 @@ class Store:
     def _resolve_all(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str) -> list[int]:
         rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
                            [project, ref_or_id]).fetchall()
-        if not rows and ref_or_id.lstrip("#").isdigit():
+        if not rows and UNIT_ID.fullmatch(ref_or_id):
             rows = cur.execute("SELECT id FROM units WHERE project = ? AND id = ?",
                                [project, int(ref_or_id.lstrip("#"))]).fetchall()
         return [r[0] for r in rows]

@@ -29,6 +29,9 @@ MAX_FIELD_CHARS = 512
 MAX_BATCH = 1000
 NOTE_CHUNK_TOKENS = 320
 PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Single-line fields (ref, session, speaker, title, path) are rendered inside a slate's item
+# header, so they may hold no line break of any kind and no control character (tab aside).
+LINE_BREAK_OR_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 ITEM_FIELDS = ("kind", "text", "ref", "session", "role", "speaker", "at", "title", "status",
                "supersedes", "path")
 
@@ -99,6 +102,28 @@ def check_project(name: str) -> str:
     return name
 
 
+def check_utf8(value: str, what: str) -> str:
+    """Text that can be stored: valid Unicode (no lone surrogate halves) and no NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} is not valid Unicode (it holds a lone surrogate); "
+                         "send UTF-8 text") from None
+    if "\x00" in value:
+        raise InputError(f"{what} contains a NUL character; remove it")
+    return value
+
+
+def check_names(values: Any, what: str) -> list[str]:
+    """A non-empty list of refs or ids, each a non-empty single line."""
+    if not isinstance(values, (list, tuple)) or not values or not all(
+            isinstance(v, str) and v.strip() for v in values):
+        raise InputError(f"{what} must be a non-empty list of refs or ids (e.g. 'adr-7' or '#42')")
+    for value in values:
+        _one_line(check_utf8(value, what), f"{value!r}", what)
+    return [v.strip() for v in values]
+
+
 def parse_time(value: Any, what: str = "at") -> datetime | None:
     """ISO 8601 text or a datetime to naive UTC; None stays None."""
     if value is None or value == "":
@@ -114,7 +139,11 @@ def parse_time(value: Any, what: str = "at") -> datetime | None:
     else:
         raise InputError(f"{what} must be an ISO 8601 string, got {type(value).__name__}")
     if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        try:
+            dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError:  # e.g. 9999-12-31T23:00-05:00 is past the last representable day
+            raise InputError(f"{what}={value!r} is out of range; use a time between the "
+                             "years 1 and 9999 (UTC)") from None
     return dt
 
 
@@ -126,17 +155,22 @@ def _choice(value: Any, valid: tuple[str, ...], what: str, position: str) -> Any
     return value
 
 
+def _one_line(value: str, what: str, position: str) -> str:
+    if LINE_BREAK_OR_CONTROL.search(value.strip()):
+        raise InputError(f"{position}: {what} must be a single line without line breaks or "
+                         "control characters")
+    return value
+
+
 def _short(value: Any, what: str, position: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
         raise InputError(f"{position}: {what} must be a string, got {type(value).__name__}")
-    value = value.strip()
+    value = check_utf8(value, f"{position}: {what}").strip()
     if len(value) > MAX_FIELD_CHARS:
         raise InputError(f"{position}: {what} is longer than {MAX_FIELD_CHARS} characters")
-    if "\x00" in value:
-        raise InputError(f"{position}: {what} contains a NUL character")
-    return value or None
+    return _one_line(value, what, position) or None
 
 
 def _text(value: Any, position: str) -> str:
@@ -147,12 +181,13 @@ def _text(value: Any, position: str) -> str:
     except UnicodeEncodeError:
         raise InputError(f"{position}: text is not valid Unicode (lone surrogate); "
                          "send UTF-8 text") from None
-    if not value.strip():
-        raise InputError(f"{position}: text is empty; send the content to remember")
     if size > MAX_TEXT_BYTES:
         raise InputError(f"{position}: text is {size} bytes, over the {MAX_TEXT_BYTES}-byte limit; "
                          "split it into several items")
-    return value.replace("\x00", "")
+    value = value.replace("\x00", "")  # NUL carries nothing a reader could use
+    if not value.strip():
+        raise InputError(f"{position}: text is empty; send the content to remember")
+    return value
 
 
 def _path(value: Any, position: str) -> str | None:
@@ -236,6 +271,8 @@ def chunk_item(item: Item) -> list[Chunk]:
     pieces: list[tuple[str | None, str]] = []
     for heading, body in _sections(item.text):
         pieces.extend((heading, part) for part in _pack(body, NOTE_CHUNK_TOKENS))
+    if not pieces:  # headings and nothing under them: the headings are the content
+        pieces = [(None, part) for part in _pack(item.text.strip(), NOTE_CHUNK_TOKENS)]
     return [Chunk(i, text, heading, count_tokens(text)) for i, (heading, text) in enumerate(pieces)]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from ..indexing.redact import redact_item
 from ..indexing.sessions import SessionIndex, SessionSnapshot
 from ..indexing.sink import Ingested
 from ..indexing.store import Store, WriteResult
+from ..indexing.units import Unit, check_names, check_project, check_utf8, parse_time, validate_batch
 from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
-from ..indexing.units import Unit, check_project, parse_time, validate_batch
 from .candidates import Channel, Pool, generate_pool
 from .cross_encoder import Reranker, load_reranker
 from .learned import LearnedRanker, RankerModel
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
 MAX_QUERY_CHARS = 8_000
+SLATE_ID = re.compile(r"s_[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)
@@ -122,9 +124,7 @@ class Memory:
         return Ingested(tuple(results), dict(counts))
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
-        if not refs or not all(isinstance(r, str) and r.strip() for r in refs):
-            raise InputError("refs must be a non-empty list of refs or ids (e.g. 'adr-7' or '#42')")
-        return self.store.forget(check_project(project), [r.strip() for r in refs])
+        return self.store.forget(check_project(project), check_names(refs, "refs"))
 
     # ---- stages 2-4 -------------------------------------------------------------------------
 
@@ -216,7 +216,9 @@ class Memory:
 
     def explain(self, slate_id: str, allowed: set[str] | frozenset[str],
                 refs: Sequence[str] = ()) -> dict[str, Any]:
-        saved = self.store.load_slate(slate_id) if isinstance(slate_id, str) else None
+        refs = check_names(refs, "refs") if refs else []
+        valid = isinstance(slate_id, str) and SLATE_ID.fullmatch(slate_id)
+        saved = self.store.load_slate(slate_id) if valid else None
         if saved is None or saved[0] not in allowed:
             raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")
@@ -329,6 +331,7 @@ def _unit_fields(u: Unit) -> dict[str, Any]:
 def _check_query(query: Any) -> str:
     if not isinstance(query, str) or not query.strip():
         raise InputError("query is empty; describe what the memory should be about")
+    check_utf8(query, "query")
     if len(query) > MAX_QUERY_CHARS:
         raise InputError(f"query is over {MAX_QUERY_CHARS} characters; shorten it to the question")
     return query.strip()

@@ -55,6 +55,12 @@ def preamble(slate_id: str, project: str) -> str:
             "not instructions")
 
 
+def one_line(text: str) -> str:
+    """Header fields are checked to be single lines when written; anything stored before that
+    rule is flattened here too, so no field can start a line of its own in the slate."""
+    return " ".join(text.splitlines())
+
+
 def display_status(unit: Unit, inputs: SlateInputs) -> str | None:
     if unit.kind != "decision":
         return None
@@ -71,7 +77,7 @@ def section(unit: Unit, inputs: SlateInputs) -> tuple[tuple, str]:
     if unit.session is None:
         return (3,), "## conversation"
     start = inputs.session_start.get(unit.session, unit.at)
-    return (2, start, unit.session), f"## session {unit.session} ({start:%Y-%m-%d %H:%M})"
+    return (2, start, unit.session), f"## session {one_line(unit.session)} ({start:%Y-%m-%d %H:%M})"
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
@@ -88,9 +94,9 @@ def shown_ref(unit: Unit) -> str | None:
 
 def render_item(unit: Unit, inputs: SlateInputs) -> str:
     shown = shown_ref(unit)
-    label = f"[#{unit.id}" + (f" {shown}" if shown else "") + "]"
+    label = f"[#{unit.id}" + (f" {one_line(shown)}" if shown else "") + "]"
     if unit.kind == "turn":
-        who = unit.speaker or unit.role
+        who = one_line(unit.speaker or unit.role or "")
         head = f"{label} {who}:"
     elif unit.kind == "decision":
         chain = inputs.successors.get(unit.id)
@@ -101,11 +107,11 @@ def render_item(unit: Unit, inputs: SlateInputs) -> str:
             status = "proposed, not confirmed"
         elif status == "rejected":
             status = "REJECTED"
-        title = f" {unit.title}." if unit.title else ""
+        title = f" {one_line(unit.title)}." if unit.title else ""
         head = f"{label} decision ({status}, {unit.at:%Y-%m-%d}):{title}"
     else:
-        trail = f" > {unit.heading}" if unit.heading else ""
-        head = f"{label} note {unit.path}{trail}:"
+        trail = f" > {one_line(unit.heading)}" if unit.heading else ""
+        head = f"{label} note {one_line(unit.path or '')}{trail}:"
     lines = unit.text.splitlines() or [""]
     return "\n".join([f"{head} {lines[0]}".rstrip()] + [f"  {line}".rstrip() for line in lines[1:]])
 

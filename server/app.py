@@ -12,13 +12,14 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..indexing.errors import InputError, StoreError
 from ..indexing.store import WriteResult
-from ..ranking.memory import Memory, RecallConfig
 from ..ranking.slate import Slate
-from .settings import Settings
+from .auth import StoreTokenVerifier, auth_settings, principal_access
+from .owner import SharedMemory, shared_memory
+from .settings import Access, Settings
 from .sources import background_sources
 
 log = logging.getLogger("agentmemrec")
@@ -31,6 +32,8 @@ keeping. Call explain_selection when a slate seems to miss something."""
 
 
 class MemoryItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently dropped
+
     kind: Literal["turn", "decision", "note"] = Field(
         description="turn: a conversation turn; decision: a decision record; note: a file note")
     text: str = Field(description="The content to remember (at most 128 KiB)")
@@ -130,23 +133,36 @@ def stored(project: str, results: list[WriteResult]) -> RememberResult:
 
 
 def create_server(settings: Settings) -> MCPServer:
+    shared = shared_memory(settings)
+
     @asynccontextmanager
-    async def lifespan(_: MCPServer) -> AsyncIterator[Memory]:
-        memory = await anyio.to_thread.run_sync(lambda: Memory.open(
-            settings.home, RecallConfig(pool_size=settings.pool_size), settings.device,
-            ranker_model=settings.ranker_model, redact=settings.redact))
-        log.info("memory store %s; project %s; allowed %s", memory.store.path, settings.project,
-                 ",".join(sorted(settings.allowed)))
+    async def lifespan(_: MCPServer) -> AsyncIterator[SharedMemory]:
+        await anyio.to_thread.run_sync(shared.start)
+        log.info("memory store in %s (%s); %s", settings.home,
+                 "this process owns it" if shared.is_owner else "another process owns it",
+                 "access by bearer token" if settings.http else
+                 f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
         try:
-            async with background_sources(settings, memory):  # watched notes, captured sessions
-                yield memory
+            async with background_sources(settings, shared):  # watched notes, captured sessions
+                yield shared
         finally:
-            memory.close()
+            shared.close()
 
-    server = MCPServer("agentmemrec", instructions=INSTRUCTIONS, lifespan=lifespan)
+    auth: dict[str, Any] = {}
+    if settings.http:  # the SDK's bearer middleware answers 401 before any tool runs
+        auth = {"token_verifier": StoreTokenVerifier(shared), "auth": auth_settings()}
+    server = MCPServer("agentmemrec", instructions=INSTRUCTIONS, lifespan=lifespan, **auth)
 
-    def memory_of(ctx: Context) -> Memory:
+    def memory_of(ctx: Context) -> SharedMemory:
         return ctx.request_context.lifespan_context
+
+    def access_of(ctx: Context) -> Access:
+        if not settings.http:
+            return settings.access
+        access = principal_access(ctx)
+        if access is None:  # unreachable behind the bearer middleware; refuse all the same
+            raise MCPError(-32001, "this request carries no accepted bearer token")
+        return access
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
                                              idempotentHint=True))
@@ -158,8 +174,8 @@ def create_server(settings: Settings) -> MCPServer:
         file. The batch is all or nothing. Items with the same `ref` update in place; identical
         content is stored once. What looks like a credential (API keys, tokens, passwords,
         private keys) is stored as a `[REDACTED:<kind>]` marker. `project` defaults to the
-        server's project."""
-        name = _core(settings.resolve_project, project)
+        server's project (over HTTP, to the first project of your token)."""
+        name = _core(access_of(ctx).resolve, project)
         raw = [it.model_dump(exclude_none=True) for it in items]
         return stored(name, _core(memory_of(ctx).remember, name, raw))
 
@@ -173,7 +189,7 @@ def create_server(settings: Settings) -> MCPServer:
         superseded one names its successor; proposed ones are not confirmed), turns are grouped by
         session. `budget_tokens` (200-200000, default 2700) caps the slate's size including its
         headers. `as_of` (ISO 8601) ignores what was recorded after that time."""
-        name = _core(settings.resolve_project, project)
+        name = _core(access_of(ctx).resolve, project)
         return slate_result(_core(memory_of(ctx).recall, name, query, budget_tokens, as_of))
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True))
@@ -185,14 +201,15 @@ def create_server(settings: Settings) -> MCPServer:
         Pass `refs` (refs or ids of facts you expected) to learn where each was lost: never
         stored, not eligible (after as_of), never reached the pool, lost in ranking, or lost to
         the budget."""
-        return Explanation(**_core(memory_of(ctx).explain, slate_id, settings.allowed, refs or ()))
+        allowed = access_of(ctx).allowed
+        return Explanation(**_core(memory_of(ctx).explain, slate_id, allowed, refs or ()))
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True,
                                              idempotentHint=False))
     def forget(refs: list[str], ctx: Context, project: str | None = None) -> ForgetResult:
         """Permanently remove units by ref (all chunks of a note) or id ('#42'). They never appear
         in a later slate or explanation. Unknown refs fail the whole call and remove nothing."""
-        name = _core(settings.resolve_project, project)
+        name = _core(access_of(ctx).resolve, project)
         return ForgetResult(project=name, removed_ids=_core(memory_of(ctx).forget, name, refs))
 
     return server

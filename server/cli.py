@@ -1,4 +1,8 @@
-"""The `agentmemrec` command line: serve, import, watch, recall, explain, forget, demo, eval."""
+"""The `agentmemrec` command line: serve, import, watch, recall, explain, forget, tokens, models,
+train, demo, eval.
+
+Every command that touches the store goes through `SharedMemory`, so it works while servers run:
+it forwards to the process that owns the store, or owns it itself for its short lifetime."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any, Sequence
 
 from ..indexing.errors import InputError, StoreError
 from .console import emit
-from .settings import Settings, watch_folders
+from .settings import MAX_REQUEST_BYTES, Settings, watch_folders
 
 log = logging.getLogger("agentmemrec")
 IMPORT_BATCH = 1000
@@ -86,9 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the MCP server (stdio by default)")
     _project_args(p, allow=True)
-    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio; "
+                   "every request needs a bearer token from `agentmemrec tokens add`, whose "
+                   "projects replace --project/--allow")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address (default: 127.0.0.1 only)")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
+                   help="largest HTTP request body accepted (default: 16 MiB); larger ones get 413")
     p.add_argument("--pool-size", type=int, default=128)
     p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
     p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
@@ -122,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max-length", type=int, default=None)
     m.add_argument("--name", default=None, help="name under the models dir (default: from the source)")
     msub.add_parser("list", help="installed models, which are active, and where they run")
+    _tokens_parser(sub)
 
     p = sub.add_parser("demo", help="load a sample history and run recalls through a real MCP client")
     p.add_argument("--home", type=Path, default=None, help="keep the demo store here (default: a temp dir)")
@@ -129,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     _eval_parser(sub)
     return parser
 
+
+def _tokens_parser(sub: Any) -> None:
+    p = sub.add_parser("tokens", help="bearer tokens for `serve --http`")
+    tokens = p.add_subparsers(dest="tokens_command", required=True)
+    add = tokens.add_parser("add", help="make a token for NAME; prints its secret once")
+    add.add_argument("name")
+    add.add_argument("--projects", required=True,
+                     help="comma-separated projects it may use; the first is its default")
+    tokens.add_parser("list", help="show every token's name and projects (never a secret)")
+    revoke = tokens.add_parser("revoke", help="remove a token; requests with it get 401 at once")
+    revoke.add_argument("name")
 
 
 def _eval_parser(sub: Any) -> None:
@@ -185,12 +205,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _memory(settings: Settings):  # noqa: ANN202 - Memory; imported lazily so --help stays fast
-    from ..ranking.memory import Memory, RecallConfig  # noqa: PLC0415
-    return Memory.open(settings.home, RecallConfig(pool_size=settings.pool_size),
-                       redact=settings.redact)
-
-
 def source_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of watched notes, transcripts and redaction, from whichever flags exist."""
     extra: dict[str, Any] = {"redact": not getattr(args, "no_redact", False)}
@@ -206,15 +220,23 @@ def source_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def serve_settings(args: argparse.Namespace) -> Settings:
     return Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
-                         ranker_model=args.ranker_model, watch=watch_folders(args.watch),
+                         ranker_model=args.ranker_model, http=args.http,
+                         max_request_bytes=args.max_request_bytes, watch=watch_folders(args.watch),
                          capture_claude_code=args.capture_claude_code, **source_settings(args))
+
+
+def _memory(settings: Settings):  # noqa: ANN202 - SharedMemory; imported lazily for a fast --help
+    from .owner import shared_memory  # noqa: PLC0415
+    return shared_memory(settings).start()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .app import create_server  # noqa: PLC0415
-    server = create_server(serve_settings(args))
+    settings = serve_settings(args)
+    server = create_server(settings)
     if args.http:
-        server.run("streamable-http", host=args.host, port=args.port)
+        server.run("streamable-http", host=args.host, port=args.port,
+                   max_request_body_size=settings.max_request_bytes)
     else:
         server.run("stdio")
     return 0
@@ -247,6 +269,9 @@ def import_items(memory: Any, project: str, items: list[dict[str, Any]], label: 
         for start in range(0, len(items), IMPORT_BATCH):
             batch = items[start:start + IMPORT_BATCH]
             stored += sum(r.outcome != "unchanged" for r in memory.remember(project, batch))
+            # Each batch is one transaction: after an interruption, running the import again
+            # stores the rest and leaves the batches already committed unchanged.
+            log.info("%s: items %d-%d committed", label, start + 1, start + len(batch))
             bar.update(len(batch))
     return stored
 
@@ -312,8 +337,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     settings = Settings.load()
     memory = _memory(settings)
-    try:  # the local CLI is the store's owner: every project is visible to it
-        payload = memory.explain(args.slate_id, frozenset(memory.store.projects()) | {settings.project},
+    try:  # the local CLI speaks for the store's owner: every project is visible to it
+        payload = memory.explain(args.slate_id, frozenset(memory.projects()) | {settings.project},
                                  args.ref)
     finally:
         memory.close()
@@ -396,6 +421,25 @@ def cmd_models(args: argparse.Namespace) -> int:
     for role in models.ROLES:
         if active.get(role) is None:
             emit(f"  no active {role}: agentmemrec models install ... --as {role}")
+def cmd_tokens(args: argparse.Namespace) -> int:
+    from ..indexing.principals import hash_secret, new_secret  # noqa: PLC0415
+    memory = _memory(Settings.load())
+    try:
+        if args.tokens_command == "add":
+            secret = new_secret()
+            principal = memory.call("tokens.add", args.name, hash_secret(secret),
+                                    [p.strip() for p in args.projects.split(",") if p.strip()])
+            emit(secret)
+            log.info("token %r made for projects %s; its secret is shown this once", principal.name,
+                     ",".join(principal.projects))
+        elif args.tokens_command == "list":
+            for p in memory.call("tokens.list"):
+                emit(f"{p.name}\t{','.join(p.projects)}\t{p.created_at:%Y-%m-%d %H:%M}")
+        else:
+            memory.call("tokens.revoke", args.name)
+            emit(f"revoked token {args.name}")
+    finally:
+        memory.close()
     return 0
 
 
@@ -436,8 +480,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"serve": cmd_serve, "import": cmd_import, "watch": cmd_watch, "recall": cmd_recall,
-            "explain": cmd_explain, "forget": cmd_forget, "demo": cmd_demo, "eval": cmd_eval,
-            "train": cmd_train, "models": cmd_models}
+            "explain": cmd_explain, "forget": cmd_forget, "tokens": cmd_tokens, "demo": cmd_demo,
+            "eval": cmd_eval, "train": cmd_train, "models": cmd_models}
 
 if __name__ == "__main__":
     sys.exit(main())

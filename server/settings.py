@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,35 @@ from ..indexing.notes import DEFAULT_GLOBS
 from ..indexing.units import check_project
 
 HOME_ENV = "AGENTMEMREC_HOME"
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
+
+log = logging.getLogger("agentmemrec")
 
 
 def default_home(env: Mapping[str, str] = os.environ) -> Path:
     """All data lives here: `AGENTMEMREC_HOME`, else the platform's user data dir."""
     return Path(env.get(HOME_ENV) or platformdirs.user_data_dir("agentmemrec", appauthor=False))
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who is calling and which projects it may use: the local server's `--project/--allow`, or
+    the principal an HTTP bearer token names."""
+
+    principal: str
+    default: str
+    allowed: frozenset[str]
+    refusal: str  # how the caller gets more access
+
+    def resolve(self, project: str | None) -> str:
+        """The project a call works on; names outside the allowed set are refused and logged."""
+        name = project or self.default
+        if name not in self.allowed:
+            log.warning("denied: %s asked for project %r; allowed: %s", self.principal, name,
+                        ",".join(sorted(self.allowed)))
+            raise InputError(f"project {name!r} {self.refusal}; allowed: "
+                             f"{', '.join(sorted(self.allowed))}")
+        return name
 
 
 @dataclass(frozen=True)
@@ -36,6 +61,8 @@ class Settings:
     claude_dir: Path = Path("~/.claude/projects")
     project_map: Path | None = None  # cwd prefix -> project overrides for transcripts
     include_sidechains: bool = False
+    http: bool = False  # serving HTTP: every call needs a bearer token, which decides its access
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
     @classmethod
     def load(cls, project: str | None = None, allow: str | list[str] | None = None,
@@ -46,14 +73,13 @@ class Settings:
         allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
         return cls(home=default_home(env), project=project, allowed=allowed, **extra)  # type: ignore[arg-type]
 
+    @property
+    def access(self) -> Access:
+        return Access("the local client", self.project, self.allowed,
+                      "is not served by this server (start the server with --allow to serve more)")
+
     def resolve_project(self, project: str | None) -> str:
-        """The project a call works on; names outside the allowed set are refused."""
-        name = project or self.project
-        if name not in self.allowed:
-            raise InputError(f"project {name!r} is not served by this server; allowed: "
-                             f"{', '.join(sorted(self.allowed))} (start the server with "
-                             "--allow to serve more)")
-        return name
+        return self.access.resolve(project)
 
 
 def watch_folders(paths: list[str] | list[Path] | None) -> tuple[Path, ...]:

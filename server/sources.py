@@ -1,6 +1,6 @@
 """Memory that follows the files: the note watcher and Claude Code capture, wired to settings.
 
-`background_sources` runs them as tasks inside the server's lifespan, sharing its `Memory`;
+`background_sources` runs them as tasks inside the server's lifespan, sharing its store (through `SharedMemory`, so any process may run them);
 `run_watch` and `import_claude_code` are the CLI's `watch` and `import claude-code`.
 """
 
@@ -19,7 +19,7 @@ from ..indexing.capture import ImportReport, Target, capture_claude_code, import
 from ..indexing.notes import NoteRules
 from ..indexing.transcripts import ProjectMap, TranscriptOptions
 from ..indexing.watcher import NoteWatcher, SyncReport, watch_notes
-from ..ranking.memory import Memory
+from ..indexing.sink import Sink
 from .settings import Settings
 
 log = logging.getLogger("agentmemrec")
@@ -39,7 +39,7 @@ def capture_state(settings: Settings) -> Path:
 
 
 @asynccontextmanager
-async def background_sources(settings: Settings, memory: Memory) -> AsyncIterator[None]:
+async def background_sources(settings: Settings, memory: Sink) -> AsyncIterator[None]:
     """Watch the configured folders and capture transcripts while the server runs."""
     if not settings.watch and not settings.capture_claude_code:
         yield
@@ -75,7 +75,7 @@ def watch_summary(folder: Path, report: SyncReport) -> str:
     return line + (f", {len(report.failed)} failed" if report.failed else "")
 
 
-def run_watch(memory: Memory, settings: Settings, folder: Path, once: bool,
+def run_watch(memory: Sink, settings: Settings, folder: Path, once: bool,
               emit: Callable[[str], None]) -> int:
     """`agentmemrec watch`: one reconciliation, then (unless `once`) every change until ^C."""
     if once:
@@ -97,7 +97,7 @@ def run_watch(memory: Memory, settings: Settings, folder: Path, once: bool,
     return 0
 
 
-def import_claude_code(memory: Memory, settings: Settings, source: Path | None,
+def import_claude_code(memory: Sink, settings: Settings, source: Path | None,
                        project: str | None) -> ImportReport:
     """`agentmemrec import claude-code`: every transcript under `source`, with a progress bar."""
     from tqdm import tqdm  # noqa: PLC0415

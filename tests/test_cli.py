@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import duckdb
+
 from agentmemrec.server.cli import main
 
 
@@ -36,3 +38,20 @@ def test_invalid_json_names_its_line(home, tmp_path, capsys):
     src.write_text('{"kind": "turn", "text": "ok"}\n{broken\n')
     assert main(["import", str(src), "--project", "infra"]) == 2
     assert "items.jsonl:2: not valid JSON" in capsys.readouterr().err
+
+
+def test_tokens_are_shown_once_stored_hashed_and_refused_when_invalid(home, capsys):
+    assert main(["tokens", "add", "ci-bot", "--projects", "infra,docs"]) == 0
+    secret = capsys.readouterr().out.strip()
+    assert secret.startswith("amr_") and len(secret) > 40
+    assert main(["tokens", "add", "ci-bot", "--projects", "infra"]) == 2
+    assert "a token named 'ci-bot' exists" in capsys.readouterr().err
+    assert main(["tokens", "add", "x", "--projects", "../etc"]) == 2
+    assert "invalid project name" in capsys.readouterr().err
+    assert main(["tokens", "revoke", "nobody"]) == 2
+    assert "no token named 'nobody'" in capsys.readouterr().err
+    assert main(["tokens", "list"]) == 0
+    assert capsys.readouterr().out.startswith("ci-bot\tinfra,docs\t")
+    con = duckdb.connect(str(home / "memory.duckdb"), read_only=True)
+    assert secret not in str(con.execute("SELECT * FROM tokens").fetchall())
+    con.close()

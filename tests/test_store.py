@@ -95,3 +95,23 @@ def test_the_store_is_a_real_duckdb_file(tmp_path, memory):
     con = duckdb.connect(str(memory.store.path), read_only=True)
     assert con.execute("SELECT text FROM units").fetchall() == [("on disk",)]
     con.close()
+
+
+def test_a_note_of_headings_only_is_stored_as_written(tmp_path):
+    # Found by tests/test_hostile.py: such a note made no chunk, and the write failed obscurely.
+    store = Store(tmp_path / "m.duckdb")
+    [result] = write(store, "p", {"kind": "note", "path": "a.md", "text": "## decisions\n\n# Title"})
+    unit = store.units("p", result.ids)[result.ids[0]]
+    assert result.outcome == "stored" and unit.text == "## decisions\n\n# Title"
+    store.close()
+
+
+@pytest.mark.parametrize("name", ["\u00b9", "#\u0663", "9" * 30, "#" + "1" * 5000])
+def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(tmp_path, name):
+    # Found by tests/test_hostile.py: '\u00b9'.isdigit() is true but int() refuses it.
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "p", {"kind": "turn", "text": "one"})
+    assert store.ids_for("p", name) == []
+    with pytest.raises(InputError, match="nothing to forget"):
+        store.forget("p", [name])
+    store.close()

@@ -1,0 +1,66 @@
+"""Bearer tokens on the HTTP transport, through the SDK's own auth hooks.
+
+The SDK's bearer middleware asks `StoreTokenVerifier` about each request's token and answers 401
+itself when there is none or it is unknown, so no tool runs for such a request. An accepted
+token's principal and projects ride on the request into the tool, where `principal_access`
+turns them into the `Access` every call is checked against.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context
+
+from ..indexing.errors import StoreError
+from ..indexing.principals import Principal, hash_secret
+from .owner import SharedMemory
+from .settings import Access
+
+log = logging.getLogger("agentmemrec.auth")
+
+
+def auth_settings() -> AuthSettings:
+    # The SDK wants an issuer even for a server that issues no tokens over OAuth; it serves no
+    # OAuth routes without a provider or a resource_server_url, so this URL is never published.
+    return AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None)
+
+
+class StoreTokenVerifier:
+    """The SDK's `TokenVerifier` over the store's token table (which keeps only hashes)."""
+
+    def __init__(self, memory: SharedMemory) -> None:
+        self.memory = memory
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        digest = hash_secret(token)
+        try:
+            principal: Principal | None = await anyio.to_thread.run_sync(
+                self.memory.call, "tokens.principal", digest)
+        except StoreError as exc:  # fail closed: no store, no access
+            log.error("cannot check a bearer token: %s", exc)
+            return None
+        if principal is None:
+            log.warning("refused a request with an unknown or revoked bearer token")
+            return None
+        return AccessToken(token=digest, client_id=principal.name, scopes=[],
+                           claims={"projects": list(principal.projects)})
+
+
+def principal_access(ctx: Context) -> Access | None:
+    """The access of the token this HTTP request was accepted with; None without one."""
+    request = ctx.request_context.request
+    user = request.scope.get("user") if request is not None else None
+    if not isinstance(user, AuthenticatedUser):
+        return None
+    token = user.access_token
+    projects = list((token.claims or {}).get("projects") or [])
+    if not projects:
+        return None
+    return Access(f"token {token.client_id!r}", projects[0], frozenset(projects),
+                  f"is not open to token {token.client_id!r} (a token with more projects comes "
+                  "from `agentmemrec tokens add NAME --projects A,B`)")

@@ -1,0 +1,339 @@
+"""Many processes, one store: one owner holds the DuckDB file and the others forward to it.
+
+DuckDB lets a single process open a file read-write, and while it does no other process can open
+it at all. So whichever process first takes an exclusive `flock` on `HOME/owner.lock` opens the
+store and answers the core's calls on a Unix socket (`HOME/owner.sock`); every other process
+forwards its calls there. The kernel drops the lock when the owner exits, however it exits
+(SIGKILL included). A follower that finds no owner answering (refused, or the connection closed
+without a reply) tries the lock; if it gets it, it opens the store and becomes the owner itself,
+otherwise it asks again, all within `OWNER_WAIT_S`. The call it was making is then repeated, which
+is safe because writes are idempotent (a ref updates in place, identical content is stored once);
+a `forget` or token change whose reply was lost is reported instead, as it may have happened.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+import socketserver
+import struct
+import tempfile
+import threading
+import time
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..indexing import principals
+from ..indexing.errors import InputError, StoreError, StoreLocked
+from ..indexing.sink import Ingested
+from ..indexing.store import DatabaseError, SourceRow, WriteResult
+from ..ranking.memory import Memory, RecallConfig
+from ..ranking.slate import Slate
+from . import wire
+from .settings import Settings
+
+log = logging.getLogger("agentmemrec.owner")
+
+OWNER_WAIT_S = 30.0  # how long a call waits for some process to own the store
+OPEN_WAIT_S = 10.0  # a killed owner's DuckDB lock can outlive its flock by a moment
+ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
+REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources",
+                        "tokens.list", "tokens.principal"})
+
+
+def _operations(memory: Memory) -> dict[str, Callable[..., Any]]:
+    store = memory.store
+    return {"remember": memory.remember, "ingest": memory.ingest, "recall": memory.recall,
+            "explain": memory.explain, "forget": memory.forget, "projects": store.projects,
+            "sources": lambda project, prefixes, under="": store.sources(project, tuple(prefixes), under),
+            "rename_ref": store.rename_ref,
+            "tokens.add": partial(principals.add_token, store),
+            "tokens.list": partial(principals.list_tokens, store),
+            "tokens.revoke": partial(principals.revoke_token, store),
+            "tokens.principal": partial(principals.principal_for, store)}
+
+
+def socket_path(home: Path) -> Path:
+    """`HOME/owner.sock`, or, where that path is too long for AF_UNIX (about 100 bytes), a socket
+    named after HOME in a directory only this user may enter."""
+    path = home / "owner.sock"
+    if len(os.fsencode(path)) < 100:
+        return path
+    private = Path(tempfile.gettempdir()) / f"agentmemrec-{os.getuid()}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    info = private.lstat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not private.is_dir():
+        raise StoreError(f"{private} must be a directory that only you can use; remove it")
+    return private / (hashlib.sha256(os.fsencode(home)).hexdigest()[:32] + ".sock")
+
+
+def _take_lock(home: Path) -> int | None:
+    """The owner lock's file descriptor, or None while another process holds it."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # who owns it, for people and tests
+    return fd
+
+
+def _same_user(conn: socket.socket) -> bool:
+    if not hasattr(socket, "SO_PEERCRED"):  # not Linux: the socket's mode 0600 is the guard
+        return True
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1] == os.getuid()
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    timeout = 60  # a connected follower sends its request at once
+
+    def handle(self) -> None:
+        if not _same_user(self.connection):
+            log.warning("refused a connection from another user")
+            return
+        line = self.rfile.readline()
+        if line.endswith(b"\n"):
+            self.wfile.write(self.server.owner.answer(line))  # type: ignore[attr-defined]
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = True  # closing waits for the calls in flight to be answered
+
+    def __init__(self, path: Path, owner: "_Owner") -> None:
+        self.owner = owner
+        path.unlink(missing_ok=True)  # a dead owner's socket; we hold the lock, so nobody uses it
+        super().__init__(str(path), _Handler)
+        os.chmod(path, 0o600)
+
+
+class _Owner:
+    """The owning process's side: the lock, the open store and the socket serving it."""
+
+    def __init__(self, lock_fd: int, memory: Memory, path: Path) -> None:
+        self.lock_fd, self.memory, self.path = lock_fd, memory, path
+        self.ops = _operations(memory)
+        self.server = _Server(path, self)
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), name="agentmemrec-owner",
+                         daemon=True).start()
+
+    def run(self, op: str, args: Sequence[Any]) -> Any:
+        try:
+            return self.ops[op](*args)
+        except DatabaseError as exc:
+            raise StoreError(f"the memory store failed: {exc}") from exc
+
+    def answer(self, line: bytes) -> bytes:
+        try:
+            request = wire.loads(line)
+            op = request["op"]
+            return wire.dumps({"ok": wire.encode(op, self.run(op, request["args"]))})
+        except Exception as exc:  # every failure goes back to the caller, typed
+            if not isinstance(exc, (InputError, StoreError)):
+                log.exception("a forwarded call failed")
+            return wire.dumps(wire.error_reply(exc))
+
+    def close(self) -> None:
+        """Hand the store back: stop taking calls, tell the queued ones to ask again, finish the
+        ones in flight, and only then close the store and drop the lock."""
+        self.server.shutdown()
+        self.path.unlink(missing_ok=True)  # before the lock goes: the next owner binds afresh
+        self._turn_away_queued()
+        self.server.server_close()
+        self.memory.close()
+        os.close(self.lock_fd)
+
+    def _turn_away_queued(self) -> None:
+        self.server.socket.setblocking(False)
+        while True:
+            try:
+                conn, _ = self.server.socket.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.sendall(wire.dumps({"moved": True}))
+                except OSError:
+                    pass
+
+
+class _StoreCalls:
+    """The two store reads and writes a source needs, forwarded like every other call."""
+
+    def __init__(self, shared: "SharedMemory") -> None:
+        self.shared = shared
+
+    def sources(self, project: str, ref_prefixes: tuple[str, ...], path_prefix: str = "") -> list[SourceRow]:
+        return self.shared.call("sources", project, list(ref_prefixes), path_prefix)
+
+    def rename_ref(self, project: str, old_ref: str, new_ref: str, path: str | None) -> list[int]:
+        return self.shared.call("rename_ref", project, old_ref, new_ref, path)
+
+
+def shared_memory(settings: Settings) -> SharedMemory:
+    """The store as these settings use it: models on their device, their ranker, their redaction."""
+    config = RecallConfig(pool_size=settings.pool_size)
+    opener = partial(Memory.open, settings.home, config, settings.device,
+                     ranker_model=settings.ranker_model, redact=settings.redact)
+    return SharedMemory(settings.home, config, opener=opener, redact=settings.redact)
+
+
+class _Unanswered(Exception):
+    def __init__(self, sent: bool) -> None:
+        super().__init__("sent, no reply" if sent else "not delivered")
+        self.sent = sent  # the owner may have acted on it
+
+
+class SharedMemory:
+    """The core's interface (remember, recall, explain, forget) on a store that any number of
+    processes use at once. Thread-safe; `start` in a lifespan, `close` in its `finally`."""
+
+    def __init__(self, home: Path, config: RecallConfig = RecallConfig(),
+                 wait_s: float = OWNER_WAIT_S, opener: Callable[[], Memory] | None = None,
+                 redact: bool = True) -> None:
+        self.home = Path(home).resolve()
+        self.config = config
+        self.wait_s = wait_s
+        self.opener = opener or partial(Memory.open, self.home, config)  # used when this process owns
+        self.redact = redact
+        self.store = _StoreCalls(self)  # what the note watcher reads and renames through
+        self._owner: _Owner | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def is_owner(self) -> bool:
+        return self._owner is not None
+
+    def start(self) -> "SharedMemory":
+        """Own the store now if no process does. A store that cannot be opened is logged, not
+        raised: the process stays up and every call reports it until it is fixed."""
+        try:
+            self._try_own()
+        except StoreError as exc:
+            log.error("%s", exc)
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.close()
+
+    # ---- the core's interface -----------------------------------------------------------------
+
+    def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
+        return self.call("remember", project, raw_items)
+
+    def recall(self, project: str, query: str, budget: int = 2700,
+               as_of: datetime | str | None = None) -> Slate:
+        return self.call("recall", project, query, budget, as_of)
+
+    def explain(self, slate_id: str, allowed: set[str] | frozenset[str],
+                refs: Sequence[str] = ()) -> dict[str, Any]:
+        return self.call("explain", slate_id, sorted(allowed), list(refs))
+
+    def forget(self, project: str, refs: list[str]) -> list[int]:
+        return self.call("forget", project, refs)
+
+    def ingest(self, project: str, raw_items: list[dict[str, Any]]) -> Ingested:
+        return self.call("ingest", project, raw_items)
+
+    def projects(self) -> dict[str, int]:
+        return self.call("projects")
+
+    # ---- routing ------------------------------------------------------------------------------
+
+    def call(self, op: str, *args: Any) -> Any:
+        """Run one operation where the store is open: here if this process owns it, else on the
+        owner; when the owner is gone, take over or wait for whoever does, then run it there."""
+        deadline = time.monotonic() + self.wait_s
+        delay = 0.005
+        while True:
+            owner = self._owner
+            if owner is not None:
+                return owner.run(op, args)
+            try:
+                return self._forward(op, args)
+            except _Unanswered as exc:
+                if exc.sent and op not in REPEATABLE:
+                    raise StoreError(f"the process owning the memory store exited during {op}, "
+                                     "which may or may not have been applied; check, then retry"
+                                     ) from exc
+                if exc.sent:
+                    log.warning("the store's owner exited during %s; repeating it", op)
+            if self._try_own():
+                continue
+            if time.monotonic() > deadline:
+                raise StoreError(f"no process answered for the memory store in {self.home} "
+                                 f"within {self.wait_s:.0f} s; is one stuck?")
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
+
+    def _forward(self, op: str, args: Sequence[Any]) -> Any:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(str(socket_path(self.home)))
+            except OSError as exc:  # no socket, or nobody listening on it any more
+                raise _Unanswered(sent=False) from exc
+            sock.settimeout(ANSWER_WAIT_S)
+            try:
+                sock.sendall(wire.dumps({"op": op, "args": list(args)}))
+                with sock.makefile("rb") as stream:
+                    line = stream.readline()
+            except TimeoutError as exc:  # alive but not answering: asking again would not help
+                raise StoreError(f"the process owning the memory store (its pid is in "
+                                 f"{self.home / 'owner.lock'}) did not answer {op} within "
+                                 f"{ANSWER_WAIT_S:.0f} s") from exc
+            except OSError as exc:
+                raise _Unanswered(sent=True) from exc
+        if not line.endswith(b"\n"):  # the owner died before it finished answering
+            raise _Unanswered(sent=True)
+        reply = wire.loads(line)
+        if reply.get("moved"):
+            raise _Unanswered(sent=False)
+        if "error" in reply:
+            wire.raise_error(reply)
+        return wire.decode(op, reply["ok"])
+
+    def _try_own(self) -> bool:
+        with self._lock:
+            if self._owner is not None:
+                return True
+            if self._closed:
+                raise StoreError("the memory store has been closed in this process")
+            fd = _take_lock(self.home)
+            if fd is None:
+                return False
+            try:
+                memory = self._open()
+                try:
+                    self._owner = _Owner(fd, memory, socket_path(self.home))
+                except BaseException:
+                    memory.close()
+                    raise
+            except BaseException:
+                os.close(fd)
+                raise
+        log.info("process %d now owns the memory store in %s", os.getpid(), self.home)
+        return True
+
+    def _open(self) -> Memory:
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while True:
+            try:
+                return self.opener()
+            except StoreLocked:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)

@@ -1,0 +1,114 @@
+"""What crosses the owner's socket: one JSON object a line each way.
+
+A request is `{"op": name, "args": [...]}`; a reply is `{"ok": result}`, `{"error": kind,
+"message": text}` or `{"moved": true}` (this owner is leaving: ask again). Results are encoded per
+operation so that a follower's call returns exactly what the owner's would: `recall` gives the
+same `Slate`, `remember` the same `WriteResult`s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from datetime import datetime
+from typing import Any, Callable
+
+from ..indexing.errors import InputError, StoreError
+from ..indexing.principals import Principal
+from ..indexing.sink import Ingested
+from ..indexing.store import SourceRow, WriteResult
+from ..indexing.units import Unit
+from ..ranking.slate import Slate, SlateItem
+
+ERRORS: dict[str, type[Exception]] = {"input": InputError, "store": StoreError}
+
+
+def dumps(message: dict[str, Any]) -> bytes:
+    # Lone surrogates are refused by validation, but a request must still reach it to be refused.
+    text = json.dumps(message, ensure_ascii=False, default=_default)
+    return text.encode("utf-8", "surrogatepass") + b"\n"
+
+
+def loads(line: bytes) -> dict[str, Any]:
+    return json.loads(line.decode("utf-8", "surrogatepass"))
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} cannot cross the owner socket")
+
+
+def error_reply(exc: Exception) -> dict[str, Any]:
+    kind = next((k for k, cls in ERRORS.items() if isinstance(exc, cls)), "internal")
+    return {"error": kind, "message": str(exc) if kind != "internal" else f"{type(exc).__name__}: {exc}"}
+
+
+def raise_error(reply: dict[str, Any]) -> None:
+    raise ERRORS.get(reply["error"], RuntimeError)(reply["message"])
+
+
+# ---- results ----------------------------------------------------------------------------------
+
+def _unit_out(unit: Unit) -> dict[str, Any]:
+    return {**{f.name: getattr(unit, f.name) for f in fields(Unit)}, "at": unit.at.isoformat()}
+
+
+def _unit_in(data: dict[str, Any]) -> Unit:
+    return Unit(**{**data, "at": datetime.fromisoformat(data["at"])})
+
+
+def slate_out(slate: Slate) -> dict[str, Any]:
+    return {"slate_id": slate.slate_id, "project": slate.project, "budget": slate.budget,
+            "context": slate.context, "tokens_used": slate.tokens_used,
+            "fixed_tokens": slate.fixed_tokens,
+            "items": [{"unit": _unit_out(i.unit), "rank": i.rank, "tokens": i.tokens,
+                       "status": i.status} for i in slate.items],
+            "outcomes": {str(k): v for k, v in slate.outcomes.items()}}
+
+
+def slate_in(data: dict[str, Any]) -> Slate:
+    items = tuple(SlateItem(_unit_in(i["unit"]), i["rank"], i["tokens"], i["status"])
+                  for i in data["items"])
+    return Slate(data["slate_id"], data["project"], data["budget"], data["context"],
+                 data["tokens_used"], items, {int(k): v for k, v in data["outcomes"].items()},
+                 data["fixed_tokens"])
+
+
+def _principal_in(data: dict[str, Any] | None) -> Principal | None:
+    if data is None:
+        return None
+    return Principal(data["name"], tuple(data["projects"]), datetime.fromisoformat(data["created_at"]))
+
+
+def _principal_out(principal: Principal | None) -> dict[str, Any] | None:
+    return None if principal is None else asdict(principal)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# op -> (encode on the owner, decode on the follower); ops not listed are plain JSON already
+CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "remember": (lambda results: [asdict(r) for r in results],
+                 lambda data: [WriteResult(r["ref"], tuple(r["ids"]), r["outcome"]) for r in data]),
+    "recall": (slate_out, slate_in),
+    "ingest": (lambda i: {"results": [asdict(r) for r in i.results], "redactions": dict(i.redactions)},
+               lambda d: Ingested(tuple(WriteResult(r["ref"], tuple(r["ids"]), r["outcome"]) for r in d["results"]),
+                                  d["redactions"])),
+    "sources": (lambda rows: [asdict(r) for r in rows], lambda data: [SourceRow(**r) for r in data]),
+    "tokens.add": (_principal_out, _principal_in),
+    "tokens.principal": (_principal_out, _principal_in),
+    "tokens.list": (lambda ps: [asdict(p) for p in ps], lambda data: [_principal_in(p) for p in data]),
+}
+
+
+def encode(op: str, result: Any) -> Any:
+    return CODECS.get(op, (_same, _same))[0](result)
+
+
+def decode(op: str, data: Any) -> Any:
+    return CODECS.get(op, (_same, _same))[1](data)
