@@ -29,7 +29,7 @@ from .benchmarks import Case, Question, read_cases
 from ..indexing.models import INSTALL_HINT
 from .cross_encoder import Reranker, load_reranker
 from .learned import LearnedRanker, RankerModel
-from .memory import Memory, RecallConfig, Selection, build, load_embedder
+from .memory import DEFAULT_POOL, Memory, RecallConfig, Selection, build, load_embedder
 from .ranker import CrossEncoderRanker, Ranker
 from .metrics import Outcome, by_category, summarize
 
@@ -147,7 +147,7 @@ def _lost_to(selection: Selection, slate_refs: set[str], evidence: frozenset[str
 
 
 def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: Sequence[int],
-             limit: int | None = None, seed: int = 0, pool_size: int = 128,
+             limit: int | None = None, seed: int = 0, pool_size: int = DEFAULT_POOL,
              per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
              keep: Keeper | None = None) -> tuple[list[VariantRun], dict[str, float]]:
     """Run each variant on each question. With `keep`, the hidden features variant runs too and

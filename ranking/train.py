@@ -124,9 +124,19 @@ def _with_ranking(selection: Selection, ranked: list) -> Selection:
                      selection.excluded, selection.inputs)
 
 
+def refit(groups: Sequence[Group], rounds: int, seed: int = 0) -> lgb.Booster:
+    """Train on every group for the number of rounds early stopping chose on a held-out part."""
+    usable = [g for g in groups if 0 < g.y.sum() < len(g.y)]
+    return lgb.train({**PARAMS, "seed": seed}, _stack(usable, (), random.Random(seed), DENSE_DROPOUT),
+                     max(rounds, 1))
+
+
 def train_model(groups: Sequence[Group], data: list[str], embedder: str | None, reranker: str | None,
                 seed: int = 0) -> RankerModel:
-    booster, metrics = fit(groups, seed=seed)
+    """Early stopping on held-out conversations picks the number of rounds; the shipped model is
+    then trained on all the questions for that many rounds."""
+    held_out, metrics = fit(groups, seed=seed)
+    booster = refit(groups, held_out.best_iteration, seed)
     importance = dict(zip(FEATURE_NAMES, booster.feature_importance("gain").round(1).tolist()))
     meta = {"embedder": embedder, "reranker": reranker, "data": data, "metrics": metrics,
             "questions": len(groups), "params": PARAMS, "dense_dropout": DENSE_DROPOUT,

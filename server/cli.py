@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..indexing.errors import InputError, StoreError
+from ..ranking.memory import DEFAULT_POOL
 from .console import emit
 from .settings import MAX_REQUEST_BYTES, Settings, watch_folders
 
@@ -97,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
                    help="largest HTTP request body accepted (default: 16 MiB); larger ones get 413")
-    p.add_argument("--pool-size", type=int, default=128)
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL, help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
     p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
 
@@ -161,7 +162,7 @@ def _eval_parser(sub: Any) -> None:
                    f"{', '.join(VARIANTS)} (default: bm25)")
     p.add_argument("--budget", action="append", type=int, help="token budget (repeatable; "
                    "default 2400, 2550, 2700)")
-    p.add_argument("--pool-size", type=int, default=128)
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL, help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     p.add_argument("--limit", type=int, default=None, help="evaluate a random sample of N questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write one record per (variant, budget) here")
@@ -185,7 +186,7 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--also", nargs="+", action="append", default=[], metavar="DATASET_OR_PATH",
                    help="another dataset and its paths, e.g. --also longmemeval DIR")
     p.add_argument("--out", type=Path, required=True, help="where to write the model file")
-    p.add_argument("--pool-size", type=int, default=128)
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL, help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
@@ -376,6 +377,12 @@ def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[in
     return runs
 
 
+def _describe(dataset: str, paths: list[Path]) -> str:
+    from ..ranking.benchmarks import files_under  # noqa: PLC0415
+    files = files_under(paths)
+    return f"{dataset}: {len(files)} files, {files[0].name} .. {files[-1].name}"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ..ranking import evaluate as ev  # noqa: PLC0415
     from ..ranking.train import to_group, train_model  # noqa: PLC0415
@@ -390,7 +397,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         ev.evaluate(dataset, paths, [], [2700], args.limit, args.seed, args.pool_size, None,
                     models, kept.append)
         groups += [to_group(k) for k in kept]
-    model = train_model(groups, [f"{d}: {', '.join(map(str, p))}" for d, p in sources],
+    model = train_model(groups, [_describe(d, p) for d, p in sources],
                         models.embedder.identity, models.reranker.identity if models.reranker else None,
                         args.seed)
     model.save(args.out)

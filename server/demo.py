@@ -19,7 +19,7 @@ from .settings import HOME_ENV
 
 PROJECTS = ("payments-api", "web-frontend")
 QUERIES = (
-    ("payments-api", "Which message broker do payment events go to, and how do we replay them?"),
+    ("payments-api", "Do payment events still go to the RabbitMQ exchange, and how do we replay them?"),
     ("payments-api", "How long do we keep idempotency keys for POST /v1/charges?"),
     ("payments-api", "Should the frontend get a GraphQL API for payments?"),
 )

@@ -13,6 +13,7 @@ import platformdirs
 from ..indexing.errors import InputError
 from ..indexing.notes import DEFAULT_GLOBS
 from ..indexing.units import check_project
+from ..ranking.memory import DEFAULT_POOL
 
 HOME_ENV = "AGENTMEMREC_HOME"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
@@ -51,7 +52,7 @@ class Settings:
     home: Path
     project: str = "default"
     allowed: frozenset[str] = frozenset({"default"})
-    pool_size: int = 128
+    pool_size: int = DEFAULT_POOL
     device: str = "auto"
     ranker_model: Path | None = None  # default: the model shipped in the package
     redact: bool = True  # secrets become [REDACTED:<kind>] before anything is stored
