@@ -29,7 +29,8 @@ from .benchmarks import Case, Question, read_cases
 from ..indexing.models import INSTALL_HINT
 from .cross_encoder import Reranker, load_reranker
 from .learned import LearnedRanker, RankerModel
-from .memory import DEFAULT_POOL, Memory, RecallConfig, Selection, build, load_embedder
+from .candidates import DEFAULT_POOL
+from .memory import Memory, RecallConfig, Selection, build, load_embedder
 from .ranker import CrossEncoderRanker, Ranker
 from .metrics import Outcome, by_category, summarize
 

@@ -21,7 +21,7 @@ from ..indexing.sink import Ingested
 from ..indexing.store import Store, WriteResult
 from ..indexing.units import Unit, check_names, check_project, check_utf8, parse_time, validate_batch
 from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
-from .candidates import Channel, Pool, generate_pool
+from .candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from .cross_encoder import Reranker, load_reranker
 from .learned import LearnedRanker, RankerModel
 from .ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
@@ -30,10 +30,6 @@ from .slate import Slate, SlateInputs, build_slate
 log = logging.getLogger(__name__)
 
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
-# On LoCoMo the RRF pool holds all of a question's evidence for 83.4% of questions at 128
-# candidates, 91.6% at 256, 99.2% at 512 and 100% at 768; the learned ranker can only use what
-# the pool holds, and ranking 512 candidates stays cheap for LightGBM (README, Evaluation).
-DEFAULT_POOL = 512
 MAX_QUERY_CHARS = 8_000
 SLATE_ID = re.compile(r"s_[0-9a-f]{12}")
 

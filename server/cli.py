@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..indexing.errors import InputError, StoreError
-from ..ranking.memory import DEFAULT_POOL
+from ..ranking.candidates import DEFAULT_POOL
 from .console import emit
 from .settings import MAX_REQUEST_BYTES, Settings, watch_folders
 
