@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 import duckdb
 
 from .errors import InputError, StoreError
+from .generations import Generations
 from .units import Chunk, Item, Unit, check_project, chunk_item, content_hash
 
 MIGRATIONS: list[str] = [
@@ -56,6 +57,18 @@ MIGRATIONS: list[str] = [
     CREATE TABLE vector_state (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
                                generation BIGINT NOT NULL, PRIMARY KEY (project, model));
     """,
+    # 3: change logs, so derived indexes catch up with a write instead of rebuilding; a log
+    # reaches back to `logged_from` (the generation at which this migration ran)
+    """
+    CREATE TABLE unit_changes (project VARCHAR NOT NULL, generation BIGINT NOT NULL,
+                               unit_id BIGINT NOT NULL);
+    CREATE TABLE vector_changes (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
+                                 generation BIGINT NOT NULL, unit_id BIGINT NOT NULL);
+    ALTER TABLE projects ADD COLUMN logged_from BIGINT DEFAULT 0;
+    UPDATE projects SET logged_from = generation;
+    ALTER TABLE vector_state ADD COLUMN logged_from BIGINT DEFAULT 0;
+    UPDATE vector_state SET logged_from = generation;
+    """,
 ]
 
 UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
@@ -86,6 +99,17 @@ def _row_to_unit(row: tuple[Any, ...]) -> Unit:
     return Unit(*row)
 
 
+INDEX_SCAN_MAX = 2048  # DuckDB probes the primary key's index for a literal IN list up to this size
+
+
+def id_filter(column: str, ids: list[int]) -> tuple[str, list[Any]]:
+    """`column IN (...)` for unit ids: a literal list (an index lookup) when short, else a join
+    against the list (a scan). Ids are ints, so the literal text is safe."""
+    if len(ids) <= INDEX_SCAN_MAX:
+        return f"{column} IN ({', '.join(str(int(i)) for i in ids)})", []
+    return f"{column} IN (SELECT unnest(?::BIGINT[]))", [list(ids)]
+
+
 class Store:
     """One DuckDB file. Thread-safe: a cursor per call, writes serialised by a lock."""
 
@@ -97,6 +121,8 @@ class Store:
         except duckdb.IOException as exc:
             raise StoreError(f"cannot open the memory store {self.path}: {exc}") from exc
         self._write_lock = threading.Lock()
+        self.generations = Generations.of(self.path)
+        self.generations.clear()
         self._migrate()
 
     def close(self) -> None:
@@ -135,17 +161,21 @@ class Store:
             cur = self.cursor()
             cur.execute("BEGIN")
             try:
-                results = self._write_batch(cur, project, prepared)
-                if any(r.outcome != "unchanged" for r in results):
-                    self._bump(cur, project)
+                removed: list[int] = []
+                results = self._write_batch(cur, project, prepared, removed)
+                changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
+                if changed or removed:
+                    self._bump(cur, project, changed + removed)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            finally:
+                self.generations.forget(("units", project))
         return results
 
     def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str,
-                     batch: list["_Prepared"]) -> list[WriteResult]:
+                     batch: list["_Prepared"], removed: list[int]) -> list[WriteResult]:
         by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref])
         by_hash = self._existing_by_hash(cur, project, [p.hash for p in batch if not p.item.ref])
         plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
@@ -181,8 +211,9 @@ class Store:
         for chash, uid in rehash:
             cur.execute("UPDATE units SET content_hash = ? WHERE id = ?", [chash, uid])
         for ref, keep in shrunk:
-            cur.execute("DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ?",
-                        [project, ref, keep])
+            removed.extend(r[0] for r in cur.execute(
+                "DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ? RETURNING id",
+                [project, ref, keep]).fetchall())
         results = []
         for p, outcome, keys_or_ids in plans:
             unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
@@ -305,11 +336,16 @@ class Store:
         """The unit ids a ref (all chunks) or an id names in a project; empty if none."""
         return self._resolve_all(self.cursor(), project, ref_or_id)
 
-    def _bump(self, cur: duckdb.DuckDBPyConnection, project: str) -> None:
+    def _bump(self, cur: duckdb.DuckDBPyConnection, project: str, ids: Iterable[int]) -> None:
+        """The project's next generation, with the units it changed (written, rewritten, renamed
+        or removed) in the change log."""
         count = cur.execute("SELECT count(*) FROM units WHERE project = ?", [project]).fetchone()[0]
-        cur.execute("INSERT INTO projects VALUES (?, 1, ?) ON CONFLICT (project) DO UPDATE "
-                    "SET generation = projects.generation + 1, units = excluded.units",
-                    [project, count])
+        generation = cur.execute(
+            "INSERT INTO projects (project, generation, units) VALUES (?, 1, ?) ON CONFLICT (project) "
+            "DO UPDATE SET generation = projects.generation + 1, units = excluded.units "
+            "RETURNING generation", [project, count]).fetchone()[0]
+        cur.execute("INSERT INTO unit_changes SELECT ?, ?, unnest(?::BIGINT[])",
+                    [project, generation, sorted(set(ids))])
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
         """Remove units by ref or id; unknown names fail the whole call and remove nothing."""
@@ -329,19 +365,23 @@ class Store:
                 cur.execute("UPDATE units SET supersedes = NULL WHERE supersedes IN "
                             "(SELECT unnest(?))", [ids])
                 cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?))", [ids])
-                self._bump(cur, project)
+                self._bump(cur, project, ids)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            finally:
+                self.generations.forget(("units", project))
         return ids
 
     # ---- reads --------------------------------------------------------------------------------
 
     def generation(self, project: str) -> int:
-        row = self.cursor().execute("SELECT generation FROM projects WHERE project = ?",
-                                    [project]).fetchone()
-        return int(row[0]) if row else 0
+        def load() -> int:
+            row = self.cursor().execute("SELECT generation FROM projects WHERE project = ?",
+                                        [project]).fetchone()
+            return int(row[0]) if row else 0
+        return self.generations.get(("units", project), load)
 
     def projects(self) -> dict[str, int]:
         rows = self.cursor().execute(
@@ -359,22 +399,23 @@ class Store:
         units = [_row_to_unit(r) for r in rows]
         return [u.id for u in units], [u.index_text() for u in units], int(gen[0]) if gen else 0
 
-    def units(self, project: str, ids: Iterable[int]) -> dict[int, Unit]:
+    def units(self, project: str, ids: Iterable[int],
+              cur: duckdb.DuckDBPyConnection | None = None) -> dict[int, Unit]:
         ids = list(ids)
         if not ids:
             return {}
-        rows = self.cursor().execute(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND id IN (SELECT unnest(?))",
-            [project, ids]).fetchall()
-        return {r[0]: _row_to_unit(r) for r in rows}
+        where, params = id_filter("id", ids)
+        rows = (cur or self.cursor()).execute(  # by id alone: a project filter turns the lookup into a scan
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params).fetchall()
+        return {r[0]: _row_to_unit(r) for r in rows if r[1] == project}
 
     def units_by_id(self, ids: Iterable[int]) -> dict[int, Unit]:
         """Units by id in any project: for maintenance work (embedding), never for a request."""
         ids = list(ids)
         if not ids:
             return {}
-        rows = self.cursor().execute(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
+        where, params = id_filter("id", ids)
+        rows = self.cursor().execute(f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params).fetchall()
         return {r[0]: _row_to_unit(r) for r in rows}
 
     def ineligible_ids(self, project: str, as_of: datetime | None) -> set[int]:
@@ -455,11 +496,13 @@ class Store:
                     [new_ref, new_ref, path, project, old_ref]).fetchall()]
                 if not ids:
                     raise InputError(f"ref {old_ref!r} names nothing in project {project!r}")
-                self._bump(cur, project)
+                self._bump(cur, project, ids)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            finally:
+                self.generations.forget(("units", project))
         return sorted(ids)
 
 
