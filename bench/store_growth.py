@@ -48,7 +48,8 @@ from history import history, queries  # noqa: E402
 from agentmemrec.indexing.lexical import LexicalIndex  # noqa: E402
 from agentmemrec.indexing.models import active, install, models_dir, resolve_source  # noqa: E402
 from agentmemrec.indexing.sessions import SessionIndex  # noqa: E402
-from agentmemrec.indexing.vectors import DenseIndex, VectorStore, embed_pending  # noqa: E402
+from agentmemrec.indexing.backfill import embed_pending  # noqa: E402
+from agentmemrec.indexing.vectors import DenseIndex, VectorStore  # noqa: E402
 from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
 
 PEER_UNITS = 10_000

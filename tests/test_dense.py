@@ -10,7 +10,8 @@ import numpy as np
 
 from agentmemrec.indexing.lexical import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store import Store
-from agentmemrec.indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker, embed_pending
+from agentmemrec.indexing.backfill import EmbeddingWorker, embed_pending
+from agentmemrec.indexing.vectors import DenseChannel, DenseIndex
 from agentmemrec.ranking.candidates import fuse, rrf_score
 from agentmemrec.ranking.memory import Memory
 
@@ -104,7 +105,7 @@ def test_a_new_model_re_embeds_everything(tmp_path):
     other = DenseIndex(memory.store, BagOfWords(dim=32, identity="bow@2"))
     assert other.vectors.count_pending("p") == 5
     embed_pending(other.vectors, other.embedder)
-    assert other.snapshot("p").matrix.shape == (5, 32)
+    assert other.snapshot("p").dim == 32 and len(other.snapshot("p").ids) == 5
     memory.close()
 
 
