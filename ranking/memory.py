@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..indexing.backfill import EmbeddingWorker
 from ..indexing.embedder import Embedder, OnnxEmbedder
 from ..indexing.errors import InputError, StoreError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
@@ -18,8 +19,8 @@ from ..indexing.redact import redact_item
 from ..indexing.sessions import SessionIndex, SessionSnapshot
 from ..indexing.sink import Ingested
 from ..indexing.store import Store, WriteResult
-from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
 from ..indexing.units import Unit, check_project, parse_time, validate_batch
+from ..indexing.vectors import DenseChannel, DenseIndex
 from .candidates import Channel, Pool, generate_pool
 from .cross_encoder import Reranker, load_reranker
 from .learned import LearnedRanker, RankerModel
@@ -144,7 +145,7 @@ class Memory:
         size = self.config.pool_size or max(self.store.count_units(project), 1)  # 0: the whole history
         pool = generate_pool(self.channels, project, query, size, excluded,
                              self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
-        sessions = self.sessions.snapshot(project)
+        sessions = self.sessions.around(project, (c.unit.session for c in pool.candidates))
         context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
         ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
         return Selection(project, query, as_of, pool, ranked, excluded,
@@ -161,26 +162,28 @@ class Memory:
 
     def _slate_inputs(self, project: str, ranked: Sequence[ScoredCandidate], excluded: set[int],
                       sessions: SessionSnapshot) -> SlateInputs:
-        successors: dict[int, list[Unit]] = {}
-        for sc in ranked:
-            chain = self._successor_chain(project, sc.unit, excluded)
-            if chain:
-                successors[sc.unit.id] = chain
-        return SlateInputs(successors, sessions.starts)
+        return SlateInputs(self._successor_chains(project, [sc.unit for sc in ranked], excluded),
+                           sessions.starts)
 
-    def _successor_chain(self, project: str, unit: Unit, excluded: set[int]) -> list[Unit]:
-        """The eligible decisions that replaced this one, nearest first."""
-        chain: list[Unit] = []
-        seen = {unit.id}
-        nxt = unit.superseded_by
-        while nxt is not None and nxt not in seen and nxt not in excluded:
-            successor = self.store.units(project, [nxt]).get(nxt)
-            if successor is None:
-                break
-            chain.append(successor)
-            seen.add(nxt)
-            nxt = successor.superseded_by
-        return chain
+    def _successor_chains(self, project: str, units: Sequence[Unit], excluded: set[int]) -> dict[int, list[Unit]]:
+        """For each superseded decision, the eligible decisions that replaced it, nearest first;
+        read one link of every chain per query."""
+        chains: dict[int, list[Unit]] = {u.id: [] for u in units if u.superseded_by is not None}
+        tips = {u.id: u for u in units if u.superseded_by is not None}
+        seen = {uid: {uid} for uid in tips}
+        while tips:
+            wanted = {u.superseded_by for u in tips.values()} - excluded
+            found = self.store.units(project, wanted)
+            nxt = {}
+            for uid, tip in tips.items():
+                successor = found.get(tip.superseded_by)
+                if successor is not None and successor.id not in seen[uid]:
+                    chains[uid].append(successor)
+                    seen[uid].add(successor.id)
+                    if successor.superseded_by is not None:
+                        nxt[uid] = successor
+            tips = nxt
+        return {uid: chain for uid, chain in chains.items() if chain}
 
     def _explanation(self, slate: Slate, selection: "Selection") -> dict[str, Any]:
         query, as_of, pool, ranked = selection.query, selection.as_of, selection.pool, selection.ranked
