@@ -130,9 +130,9 @@ def _note(p: Project, k: int, at: datetime) -> dict[str, Any]:
     r = p.rng
     path = p.path(_zipf(r, p.files))
     funcs = ", ".join(p.func(_zipf(r, p.functions)) for _ in range(3))
-    text = (f"# {path}\n\n## Purpose\n{path} holds {funcs}. It is called from "
-            f"{p.path(_zipf(r, p.files))} {r.choice(FILLER)}.\n\n## Gotchas\nWatch for {r.choice(ERRORS)} "
-            f"when the {r.choice(NOUNS)} is missing; run {p.command(path, funcs.split(',')[0])} after edits.")
+    text = (f"# {path}\n\n{path} holds {funcs}. It is called from {p.path(_zipf(r, p.files))} "
+            f"{r.choice(FILLER)}.\n\nGotchas: watch for {r.choice(ERRORS)} when the {r.choice(NOUNS)} is "
+            f"missing; run {p.command(path, funcs.split(',')[0])} after edits.")  # one heading: one unit
     return {"kind": "note", "path": f"docs/notes/{k:07d}-{path.replace('/', '-')}.md", "text": text,
             "at": at.isoformat()}
 

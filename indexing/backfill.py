@@ -16,7 +16,8 @@ from .embedder import Embedder
 from .vectors import VectorStore
 
 log = logging.getLogger(__name__)
-EMBED_BATCH = 64  # units embedded and stored together: what a recall sees appear at once
+EMBED_BATCH = 256  # units embedded and stored in one transaction: what a recall sees appear at once
+WORKER_CALL = 640  # units per background pass before it looks at the stop flag again
 
 
 class EmbeddingCache:
@@ -117,7 +118,7 @@ class EmbeddingWorker:
             self._wake.wait(timeout=30)
             self._wake.clear()
             try:
-                n = embed_pending(self.vectors, self.embedder, limit=10 * EMBED_BATCH)
+                n = embed_pending(self.vectors, self.embedder, limit=WORKER_CALL)
                 if n:
                     log.debug("embedded %d units", n)
                     self._wake.set()  # more may be waiting

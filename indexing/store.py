@@ -176,8 +176,10 @@ class Store:
 
     def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str,
                      batch: list["_Prepared"], removed: list[int]) -> list[WriteResult]:
+        # Items without a ref are keyed by their content: the insert itself finds one already
+        # stored (the unique key), so only refs are looked up first.
         by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref])
-        by_hash = self._existing_by_hash(cur, project, [p.hash for p in batch if not p.item.ref])
+        by_hash: dict[str, tuple[int, ...]] = {}
         plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
         rows: list[tuple[Any, ...]] = []
         shrunk: list[tuple[str, int]] = []
@@ -208,17 +210,19 @@ class Store:
                 shrunk.append((item.ref, len(p.chunks)))
             plans.append((p, "updated" if old else "stored", keys))
         ids = {**same, **self._bulk_upsert(cur, project, rows)}
+        plans = [(p, "unchanged", ()) if outcome == "stored" and not p.item.ref and keys[0] not in ids
+                 else (p, outcome, keys) for p, outcome, keys in plans]  # content already stored
         for chash, uid in rehash:
             cur.execute("UPDATE units SET content_hash = ? WHERE id = ?", [chash, uid])
         for ref, keep in shrunk:
             removed.extend(r[0] for r in cur.execute(
                 "DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ? RETURNING id",
                 [project, ref, keep]).fetchall())
+        stored_before = self._existing_by_hash(cur, project, [p.hash for p, _, k in plans if not k])
         results = []
         for p, outcome, keys_or_ids in plans:
             unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
-            if not unit_ids:  # identical to an item earlier in this batch
-                unit_ids = self._existing_by_hash(cur, project, [p.hash])[p.hash]
+            unit_ids = unit_ids or stored_before[p.hash]  # stored earlier, or earlier in this batch
             if outcome != "unchanged" and p.item.kind == "decision":
                 self._link_supersession(cur, project, unit_ids[0], p.item.supersedes)
             results.append(WriteResult(p.item.ref, unit_ids, outcome))
@@ -269,6 +273,7 @@ class Store:
                 speaker = excluded.speaker, title = excluded.title, status = excluded.status,
                 path = excluded.path, heading = excluded.heading,
                 recorded_at = excluded.recorded_at, written_at = excluded.written_at
+                WHERE NOT starts_with(excluded.key, 'hash:')  -- same content: nothing to write
             RETURNING key, id
             """, [project, *[list(c) for c in cols], _now()]).fetchall()
         return {key: int(uid) for key, uid in returned}
