@@ -96,3 +96,24 @@ def test_the_store_is_a_real_duckdb_file(tmp_path, memory):
     con = duckdb.connect(str(memory.store.path), read_only=True)
     assert con.execute("SELECT text FROM units").fetchall() == [("on disk",)]
     con.close()
+
+
+def test_a_write_through_one_store_moves_the_generation_another_store_on_the_file_sees(tmp_path):
+    first, second = Store(tmp_path / "m.duckdb"), Store(tmp_path / "m.duckdb")
+    assert second.generation("p") == 0
+    write(first, "p", {"kind": "turn", "text": "hello"})
+    assert second.generation("p") == first.generation("p") == 1
+    first.close()
+    second.close()
+
+
+def test_every_write_path_logs_the_units_it_changed(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [a, b] = write(store, "p", {"kind": "turn", "ref": "a", "text": "one"}, {"kind": "turn", "text": "two"})
+    write(store, "p", {"kind": "turn", "ref": "a", "text": "one, edited"}, {"kind": "turn", "text": "two"})
+    store.rename_ref("p", "a", "a2", None)
+    store.forget("p", [f"#{b.ids[0]}"])
+    log = store.cursor().execute("SELECT generation, unit_id FROM unit_changes WHERE project = 'p' "
+                                 "ORDER BY generation, unit_id").fetchall()
+    assert log == [(1, a.ids[0]), (1, b.ids[0]), (2, a.ids[0]), (3, a.ids[0]), (4, b.ids[0])]
+    store.close()
