@@ -178,7 +178,8 @@ class Store:
                      batch: list["_Prepared"], removed: list[int]) -> list[WriteResult]:
         # Items without a ref are keyed by their content: the insert itself finds one already
         # stored (the unique key), so only refs are looked up first.
-        by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref])
+        named = [p.item.supersedes for p in batch if p.item.supersedes]  # found in the same read
+        by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref] + named)
         by_hash: dict[str, tuple[int, ...]] = {}
         plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
         rows: list[tuple[Any, ...]] = []
@@ -219,12 +220,15 @@ class Store:
                 "DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ? RETURNING id",
                 [project, ref, keep]).fetchall())
         stored_before = self._existing_by_hash(cur, project, [p.hash for p, _, k in plans if not k])
+        known = {ref: (rows[0][0], rows[0][1]) for ref, rows in by_ref.items()}  # ref -> (first id, kind)
+        known.update({p.item.ref: (ids[k[0]], p.item.kind) for p, outcome, k in plans
+                      if p.item.ref and outcome != "unchanged" and k[0] in ids})
         results = []
         for p, outcome, keys_or_ids in plans:
             unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
             unit_ids = unit_ids or stored_before[p.hash]  # stored earlier, or earlier in this batch
             if outcome != "unchanged" and p.item.kind == "decision":
-                self._link_supersession(cur, project, unit_ids[0], p.item.supersedes)
+                self._link_supersession(cur, project, unit_ids[0], p.item.supersedes, known)
             results.append(WriteResult(p.item.ref, unit_ids, outcome))
         return results
 
@@ -279,14 +283,14 @@ class Store:
         return {key: int(uid) for key, uid in returned}
 
     def _link_supersession(self, cur: duckdb.DuckDBPyConnection, project: str, new_id: int,
-                           supersedes: str | None) -> None:
+                           supersedes: str | None, known: dict[str, tuple[int, str]]) -> None:
         old = cur.execute("SELECT supersedes FROM units WHERE id = ?", [new_id]).fetchone()[0]
         if old is not None:  # an update in place may change or drop the link
             cur.execute("UPDATE units SET superseded_by = NULL WHERE id = ? AND superseded_by = ?",
                         [old, new_id])
         target = None
         if supersedes is not None:
-            target = self._resolve(cur, project, supersedes, kind="decision")
+            target = self._resolve(cur, project, supersedes, kind="decision", known=known)
             if target == new_id or new_id in self._chain_down(cur, target):
                 raise InputError(f"supersedes={supersedes!r} would make a cycle of decisions; "
                                  "a decision cannot supersede itself or one of its successors")
@@ -304,8 +308,14 @@ class Store:
         return seen
 
     def _resolve(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
-                 kind: str | None = None) -> int:
-        """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk)."""
+                 kind: str | None = None, known: dict[str, tuple[int, str]] | None = None) -> int:
+        """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk);
+        `known` holds refs already read (ref -> first id, kind)."""
+        if known and ref_or_id in known:
+            uid, found = known[ref_or_id]
+            if kind is not None and found != kind:
+                raise InputError(f"{ref_or_id!r} is a {found}; only a {kind} can be named here")
+            return uid
         ids = self._resolve_all(cur, project, ref_or_id)
         if not ids:
             raise InputError(f"{ref_or_id!r} names no unit in project {project!r}; "
