@@ -186,15 +186,14 @@ class VectorStore:
         return (generation, vgen), (logged, vlogged)
 
     def _current(self, cur: duckdb.DuckDBPyConnection, project: str, where: str, params: list) -> Vectors | None:
-        rows = cur.execute(
+        found = cur.execute(
             f"""SELECT u.id, v.vec FROM units u JOIN vectors v ON v.unit_id = u.id AND v.model = ?
                 AND v.content_hash = u.content_hash WHERE u.project = ? AND {where} ORDER BY u.id""",
-            [self.model, project, *params]).fetchall()
-        if not rows:
+            [self.model, project, *params]).fetchnumpy()  # columns as arrays: no tuple per row
+        if not len(found["id"]):
             return None
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        flat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float16)
-        return Vectors(ids, flat.reshape(len(rows), -1).astype(np.float32))
+        flat = np.frombuffer(b"".join(found["vec"]), dtype=np.float16)
+        return Vectors(found["id"].astype(np.int64), flat.reshape(len(found["id"]), -1).astype(np.float32))
 
     def load(self, project: str) -> tuple[tuple[int, int], list[Vectors]]:
         """Every current vector of a project, a window of ids per part (no copy of the whole)."""
@@ -207,7 +206,7 @@ class VectorStore:
                 piece = self._current(cur, project, "u.id BETWEEN ? AND ? AND v.unit_id BETWEEN ? AND ?",
                                       [start, start + WINDOW - 1] * 2)
                 pieces += [piece] if piece is not None else []
-                if sum(len(p.ids) for p in pieces) >= WINDOW or (pieces and start + WINDOW > (hi or 0)):
+                if sum(len(p.ids) for p in pieces) >= WINDOW // 2 or (pieces and start + WINDOW > (hi or 0)):
                     parts.append(pieces[0] if len(pieces) == 1 else Vectors(
                         np.concatenate([p.ids for p in pieces]), np.concatenate([p.matrix for p in pieces])))
                     pieces = []
