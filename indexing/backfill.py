@@ -111,7 +111,8 @@ class EmbeddingWorker:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
 
     def _run(self) -> None:
         while not self._stop.is_set():

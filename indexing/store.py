@@ -8,7 +8,6 @@ that derived indexes record and are checked against.
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -455,18 +454,6 @@ class Store:
         row = self.cursor().execute("SELECT coalesce(sum(units), 0) FROM projects "
                                     "WHERE project <> ?", [project]).fetchone()
         return int(row[0])
-
-    # ---- slates -------------------------------------------------------------------------------
-
-    def save_slate(self, slate_id: str, project: str, payload: dict[str, Any]) -> None:
-        with self._write_lock:
-            self.cursor().execute("INSERT INTO slates VALUES (?, ?, ?, ?)",
-                                  [slate_id, project, _now(), json.dumps(payload)])
-
-    def load_slate(self, slate_id: str) -> tuple[str, dict[str, Any]] | None:
-        row = self.cursor().execute("SELECT project, payload FROM slates WHERE slate_id = ?",
-                                    [slate_id]).fetchone()
-        return (row[0], json.loads(row[1])) if row else None
 
     # ---- sources that write on their own (note watcher) ---------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from ..indexing.models import INSTALL_HINT, active, models_dir
 from ..indexing.redact import redact_item
 from ..indexing.sessions import SessionIndex, SessionSnapshot
 from ..indexing.sink import Ingested
+from ..indexing.slates import SlateLog
 from ..indexing.store import Store, WriteResult
 from ..indexing.units import Unit, check_project, parse_time, validate_batch
 from ..indexing.vectors import DenseChannel, DenseIndex
@@ -65,7 +67,10 @@ class Memory:
         self.worker = worker
         self.problems = list(problems)  # what is degraded, said in every explanation
         self.sessions = SessionIndex(store)
+        self.slates = SlateLog(store)  # explanations, saved off the request path
         self.redact = redact  # secrets are replaced by markers before anything is stored
+        self._lifecycle = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
@@ -85,9 +90,30 @@ class Memory:
             log.warning("%s", problem)
         return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems, redact)
 
+    def start_embedding(self, warm: str | None = None) -> None:
+        """Embed in the background what lacks a vector. With `warm`, that project's indexes are
+        loaded first, so a backfill does not slow the load the first recall waits for."""
+        if self.dense is None or self.worker is not None:
+            return
+        worker = self.worker = EmbeddingWorker(self.dense.vectors, self.dense.embedder)
+
+        def run() -> None:
+            try:
+                if warm is not None:
+                    self.warm(warm)
+            except Exception:  # the first recall loads them instead
+                log.exception("loading the indexes of %s at start failed", warm)
+            with self._lifecycle:
+                if not self._closed:
+                    worker.start()
+        threading.Thread(target=run, name="agentmemrec-warm", daemon=True).start()
+
     def close(self) -> None:
+        with self._lifecycle:
+            self._closed = True
         if self.worker is not None:
             self.worker.stop()
+        self.slates.close()
         self.store.close()
 
     def notes(self, project: str) -> list[str]:
@@ -136,7 +162,7 @@ class Memory:
         query, budget = _check_query(query), _check_budget(budget)
         selection = self.select(project, query, parse_time(as_of, "as_of"))
         slate = self.build(selection, budget)
-        self.store.save_slate(slate.slate_id, project, self._explanation(slate, selection))
+        self.slates.save(slate.slate_id, project, self._explanation(slate, selection))
         return slate
 
     def select(self, project: str, query: str, as_of: datetime | None) -> "Selection":
@@ -219,7 +245,7 @@ class Memory:
 
     def explain(self, slate_id: str, allowed: set[str] | frozenset[str],
                 refs: Sequence[str] = ()) -> dict[str, Any]:
-        saved = self.store.load_slate(slate_id) if isinstance(slate_id, str) else None
+        saved = self.slates.load(slate_id) if isinstance(slate_id, str) else None
         if saved is None or saved[0] not in allowed:
             raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")

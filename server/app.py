@@ -133,8 +133,9 @@ def create_server(settings: Settings) -> MCPServer:
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[Memory]:
         memory = await anyio.to_thread.run_sync(lambda: Memory.open(
-            settings.home, RecallConfig(pool_size=settings.pool_size), settings.device,
+            settings.home, RecallConfig(pool_size=settings.pool_size), settings.device, background=False,
             ranker_model=settings.ranker_model, redact=settings.redact))
+        memory.start_embedding(warm=settings.project)  # indexes load now; the backfill follows
         log.info("memory store %s; project %s; allowed %s", memory.store.path, settings.project,
                  ",".join(sorted(settings.allowed)))
         try:

@@ -118,3 +118,12 @@ def test_as_of_and_project_filters_apply_to_the_dense_channel(tmp_path):
     slate = memory.recall("p", "cache eviction policy lru", as_of="2026-02-01")
     assert [i.unit.ref for i in slate.items] == ["old"]
     memory.close()
+
+
+def test_a_server_loads_its_project_first_then_embeds_in_the_background(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "text": f"note {i} about retries"} for i in range(40)])
+    memory.start_embedding(warm="p")
+    assert memory.worker.wait_idle(timeout=60)
+    assert "p" in memory.channels[0].index._cache and memory.dense.vectors.count_pending("p") == 0
+    memory.close()

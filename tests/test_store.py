@@ -117,3 +117,14 @@ def test_every_write_path_logs_the_units_it_changed(tmp_path):
                                  "ORDER BY generation, unit_id").fetchall()
     assert log == [(1, a.ids[0]), (1, b.ids[0]), (2, a.ids[0]), (3, a.ids[0]), (4, b.ids[0])]
     store.close()
+
+
+def test_an_explanation_is_readable_at_once_and_after_a_restart(home):
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    slate = memory.recall("p", "kafka partitions")
+    assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
+    memory.close()
+    memory = Memory.open(home)
+    assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
+    memory.close()
