@@ -98,6 +98,13 @@ def _row_to_unit(row: tuple[Any, ...]) -> Unit:
     return Unit(*row)
 
 
+UPSERT = """ON CONFLICT (project, key) DO UPDATE SET
+    content_hash = excluded.content_hash, text = excluded.text, tokens = excluded.tokens,
+    session = excluded.session, role = excluded.role, speaker = excluded.speaker,
+    title = excluded.title, status = excluded.status, path = excluded.path,
+    heading = excluded.heading, recorded_at = excluded.recorded_at, written_at = excluded.written_at
+    WHERE NOT starts_with(excluded.key, 'hash:')  -- same content: nothing to write"""
+
 # DuckDB's own memory (buffer cache, ART indexes, query state; more spills to disk). The indexes
 # the server searches live in their own snapshots, so caching table blocks beside them only
 # doubles what a million stored vectors cost: 80% of RAM by default, here a fixed cap.
@@ -157,16 +164,24 @@ class Store:
     def write(self, project: str, items: list[Item]) -> list[WriteResult]:
         """Store a validated batch in one transaction: all items or none.
 
-        DuckDB is columnar, so the batch is planned in Python and written with one bulk upsert
-        rather than a statement per row."""
+        DuckDB is columnar, so the batch is planned in Python and written with bulk statements
+        rather than one per row. Rows taken to be new are inserted plainly: DuckDB checks the
+        unique key through its index, while an upsert joins against the whole table. Content
+        already stored makes that insert fail; the batch is then written again as an upsert."""
         check_project(project)
         prepared = [_Prepared(it, content_hash(it), chunk_item(it)) for it in items]
+        try:
+            return self._write_once(project, prepared, fast=True)
+        except duckdb.ConstraintException:
+            return self._write_once(project, prepared, fast=False)
+
+    def _write_once(self, project: str, prepared: list["_Prepared"], fast: bool) -> list[WriteResult]:
         with self._write_lock:
             cur = self.cursor()
             cur.execute("BEGIN")
             try:
                 removed: list[int] = []
-                results = self._write_batch(cur, project, prepared, removed)
+                results = self._write_batch(cur, project, prepared, removed, fast)
                 changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
                 if changed or removed:
                     self._bump(cur, project, changed + removed)
@@ -178,8 +193,8 @@ class Store:
                 self.generations.forget(("units", project))
         return results
 
-    def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str,
-                     batch: list["_Prepared"], removed: list[int]) -> list[WriteResult]:
+    def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str, batch: list["_Prepared"],
+                     removed: list[int], fast: bool = False) -> list[WriteResult]:
         # Items without a ref are keyed by their content: the insert itself finds one already
         # stored (the unique key), so only refs are looked up first.
         named = [p.item.supersedes for p in batch if p.item.supersedes]  # found in the same read
@@ -214,7 +229,10 @@ class Store:
             if len(old) > len(p.chunks):
                 shrunk.append((item.ref, len(p.chunks)))
             plans.append((p, "updated" if old else "stored", keys))
-        ids = {**same, **self._bulk_upsert(cur, project, rows)}
+        existing = {key for p, outcome, keys in plans if outcome == "updated" for key in keys}
+        fresh = [r for r in rows if r[0] not in existing]
+        ids = {**same, **self._bulk_upsert(cur, project, fresh, upsert=not fast),
+               **self._bulk_upsert(cur, project, [r for r in rows if r[0] in existing])}
         plans = [(p, "unchanged", ()) if outcome == "stored" and not p.item.ref and keys[0] not in ids
                  else (p, outcome, keys) for p, outcome, keys in plans]  # content already stored
         for chash, uid in rehash:
@@ -263,7 +281,7 @@ class Store:
         return {h: tuple(ids) for h, ids in out.items()}
 
     def _bulk_upsert(self, cur: duckdb.DuckDBPyConnection, project: str,
-                     rows: list[tuple[Any, ...]]) -> dict[str, int]:
+                     rows: list[tuple[Any, ...]], upsert: bool = True) -> dict[str, int]:
         if not rows:
             return {}
         cols = list(zip(*rows))
@@ -274,14 +292,7 @@ class Store:
             f"""
             INSERT INTO units (project, key, kind, ref, chunk, content_hash, text, tokens, session,
                 role, speaker, title, status, path, heading, recorded_at, seq, written_at)
-            SELECT ?, {selects}, nextval('unit_seq'), ?
-            ON CONFLICT (project, key) DO UPDATE SET
-                content_hash = excluded.content_hash, text = excluded.text,
-                tokens = excluded.tokens, session = excluded.session, role = excluded.role,
-                speaker = excluded.speaker, title = excluded.title, status = excluded.status,
-                path = excluded.path, heading = excluded.heading,
-                recorded_at = excluded.recorded_at, written_at = excluded.written_at
-                WHERE NOT starts_with(excluded.key, 'hash:')  -- same content: nothing to write
+            SELECT ?, {selects}, nextval('unit_seq'), ? {UPSERT if upsert else ""}
             RETURNING key, id
             """, [project, *[list(c) for c in cols], _now()]).fetchall()
         return {key: int(uid) for key, uid in returned}

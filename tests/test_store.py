@@ -128,3 +128,13 @@ def test_an_explanation_is_readable_at_once_and_after_a_restart(home):
     memory = Memory.open(home)
     assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
     memory.close()
+
+
+def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [old] = write(store, "p", {"kind": "turn", "text": "old"})
+    out = write(store, "p", {"kind": "turn", "text": "new"}, {"kind": "turn", "text": "old"},
+                {"kind": "turn", "ref": "r", "text": "with a ref"})
+    assert [r.outcome for r in out] == ["stored", "unchanged", "stored"] and out[1].ids == old.ids
+    assert store.count_units("p") == 3 and store.generation("p") == 2
+    store.close()
