@@ -1,33 +1,45 @@
-"""The BM25 channel: one bm25s index per project, derived from the DuckDB rows.
+"""The BM25 channel: one index per project, derived from the DuckDB rows, following every write.
 
-Each index is a snapshot directory stamped with what it was built from (project, generation,
-row count, schema and tokenizer settings). `CURRENT` names the live snapshot and is replaced
-atomically, so a reader never sees a half-built index; a stale or unreadable snapshot is rebuilt.
+The index holds term frequencies and document lengths (postings, bm25s's tokenizer) and scores
+at query time with Lucene's BM25 over the live documents, so its scores equal those of bm25s
+built from scratch over the same rows. It is a few immutable parts (indexing/segments.py): a
+write adds a small part for the changed rows and marks their old rows dead, found through the
+store's change log; nothing is re-tokenized. It is saved to disk when a part of
+`PERSIST_ROWS` or more appears, stamped with what it was built from; a restart loads it and
+catches up from the log. `CURRENT` names the live manifest and is replaced atomically.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any, Sequence
 
 import bm25s
 import numpy as np
 import Stemmer
 
+from .changes import Changes, changes_since, scan_units
+from .segments import Segments, keep_rows
 from .store import Store
+from .units import Unit
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: the stamp records a digest of each file
+FORMAT_VERSION = 3  # 2: a digest of each file; 3: postings in immutable parts
 TOKENIZER = {"lower": True, "stopwords": "en", "stemmer": "english"}
 BM25_PARAMS = {"method": "lucene", "k1": 1.5, "b": 0.75}
+PERSIST_ROWS = 5_000  # a part this large is worth saving; smaller ones are replayed from the log
 _stemmer = Stemmer.Stemmer(TOKENIZER["stemmer"])
 _stem_lock = threading.Lock()  # PyStemmer objects are not safe to share between threads
 
@@ -38,6 +50,23 @@ def tokenize(texts: list[str]) -> list[list[str]]:
                               return_ids=False, show_progress=False)
 
 
+def _tokenize_ids(texts: list[str]) -> tuple[list[list[int]], dict[str, int]]:
+    with _stem_lock:
+        out = bm25s.tokenize(texts, lower=True, stopwords=TOKENIZER["stopwords"], stemmer=_stemmer,
+                             return_ids=True, show_progress=False)
+    return out.ids, out.vocab
+
+
+def bm25_idf(df: int, n: int) -> float:
+    """Lucene's idf, never negative (Kamphuis et al., ECIR 2020; bm25s method 'lucene')."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def bm25_tf(tf: np.ndarray, length: np.ndarray, avg_length: float, k1: float, b: float) -> np.ndarray:
+    """The saturated, length-normalised term frequency of BM25 (Robertson et al.)."""
+    return tf / (k1 * (1 - b + b * length / avg_length) + tf)
+
+
 @dataclass(frozen=True)
 class LexicalHit:
     unit_id: int
@@ -46,34 +75,180 @@ class LexicalHit:
 
 
 @dataclass(frozen=True)
+class Postings:
+    """One part: term frequencies of some documents, column by term (CSC)."""
+
+    ids: np.ndarray  # int64 unit ids, ascending; row i is document i
+    lengths: np.ndarray  # int32 tokens per document (an empty document counts one, the '' token)
+    indptr: np.ndarray  # int64; term t's postings are [indptr[t], indptr[t + 1])
+    docs: np.ndarray  # int32 rows
+    tfs: np.ndarray  # float32 term frequencies
+    name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        if term + 1 >= len(self.indptr):  # a term newer than this part
+            return self.docs[:0], self.tfs[:0]
+        lo, hi = self.indptr[term], self.indptr[term + 1]
+        return self.docs[lo:hi], self.tfs[lo:hi]
+
+
+def _csc(ids: np.ndarray, lengths: np.ndarray, keys: np.ndarray, tfs: np.ndarray, n_terms: int) -> Postings:
+    """Postings from sorted keys (term * rows + row) and their term frequencies."""
+    rows = max(len(ids), 1)
+    indptr = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // rows, minlength=n_terms), out=indptr[1:])
+    return Postings(ids, lengths.astype(np.int32), indptr, (keys % rows).astype(np.int32), tfs.astype(np.float32))
+
+
+def build_postings(units: Sequence[Unit], vocab: dict[str, int]) -> Postings:
+    """Tokenize the units (ids ascending) and count terms; new terms are added to `vocab`."""
+    ids = np.fromiter((u.id for u in units), dtype=np.int64, count=len(units))
+    local, local_vocab = _tokenize_ids([u.index_text() for u in units])
+    remap = np.empty(len(local_vocab) + 1, dtype=np.int64)
+    for stem, i in local_vocab.items():
+        remap[i] = vocab.setdefault(stem, len(vocab))
+    if any(not d for d in local):  # bm25s indexes an empty document as the one token ''
+        remap[-1] = vocab.setdefault("", len(vocab))
+        local = [d or [len(local_vocab)] for d in local]
+    lengths = np.fromiter((len(d) for d in local), dtype=np.int64, count=len(local))
+    terms = remap[np.fromiter(itertools.chain.from_iterable(local), dtype=np.int64, count=int(lengths.sum()))]
+    rows = np.repeat(np.arange(len(local), dtype=np.int64), lengths)
+    keys, tfs = np.unique(terms * max(len(local), 1) + rows, return_counts=True)
+    return _csc(ids, lengths, keys, tfs, len(vocab))
+
+
+def merge_postings(parts: Sequence[Postings], dead: Sequence[np.ndarray | None]) -> Postings:
+    """The live documents of several parts as one part, ids ascending (no re-tokenizing)."""
+    keep = [keep_rows(d, len(p.ids)) for p, d in zip(parts, dead)]
+    ids = np.concatenate([p.ids[k] for p, k in zip(parts, keep)])
+    order = np.argsort(ids, kind="stable")
+    new_row = np.empty(len(ids), dtype=np.int64)
+    new_row[order] = np.arange(len(ids))
+    keys, tfs, start = [], [], 0
+    for p, k in zip(parts, keep):
+        row_map = np.full(len(p.ids), -1, dtype=np.int64)
+        row_map[k] = new_row[start:start + len(k)]
+        start += len(k)
+        rows = row_map[p.docs]
+        live = rows >= 0
+        term = np.repeat(np.arange(len(p.indptr) - 1, dtype=np.int64), np.diff(p.indptr))
+        keys.append(term[live] * max(len(ids), 1) + rows[live])
+        tfs.append(p.tfs[live])
+    key = np.concatenate(keys)
+    by_key = np.argsort(key)
+    lengths = np.concatenate([p.lengths[k] for p, k in zip(parts, keep)])[order]
+    n_terms = max(len(p.indptr) - 1 for p in parts)
+    return _csc(ids[order], lengths, key[by_key], np.concatenate(tfs)[by_key], n_terms)
+
+
+@dataclass(frozen=True)
 class LexicalSnapshot:
     """A read-only BM25 index over one generation of a project's units."""
 
     project: str
     generation: int
-    ids: np.ndarray  # unit ids, ascending; position i is bm25s document i
-    retriever: bm25s.BM25 | None  # None for a project with no indexable text
+    vocab: dict[str, int]  # shared and append-only: a term id past a part's terms has no postings there
+    segments: Segments[Postings]
+    total_length: int  # tokens in the live documents
+    _last: list = field(default_factory=lambda: [None], compare=False, repr=False)  # (query, scores)
 
-    def scores(self, query: str) -> np.ndarray:
-        if self.retriever is None or len(self.ids) == 0:
-            return np.zeros(len(self.ids), dtype=np.float32)
-        tokens = tokenize([query])[0]
-        if not any(t in self.retriever.vocab_dict for t in tokens):
-            return np.zeros(len(self.ids), dtype=np.float32)
-        return np.asarray(self.retriever.get_scores(tokens), dtype=np.float32)
+    def _terms(self, query: str) -> dict[int, int]:
+        """Query term ids with their counts (bm25s adds a repeated query term once per repeat)."""
+        counts: dict[int, int] = {}
+        for token in tokenize([query])[0]:
+            if token in self.vocab:
+                counts[self.vocab[token]] = counts.get(self.vocab[token], 0) + 1
+        return counts
+
+    def _scores(self, query: str) -> np.ndarray:
+        """BM25 of every row of every part laid end to end (dead rows score 0); the last query's
+        scores are kept, since a recall asks for them twice."""
+        last = self._last[0]
+        if last is not None and last[0] == query:
+            return last[1]
+        segs = self.segments
+        out = np.zeros(int(segs.offsets()[-1]), dtype=np.float32)
+        n = segs.live
+        if n:
+            avg, starts = self.total_length / n, segs.offsets()
+            for term, count in self._terms(query).items():
+                hits = [self._live_postings(i, term) for i in range(len(segs.parts))]
+                idf = count * bm25_idf(sum(len(d) for d, _ in hits), n)
+                for i, (docs, tfs) in enumerate(hits):
+                    if len(docs):
+                        tf = bm25_tf(tfs, segs.parts[i].lengths[docs], avg, BM25_PARAMS["k1"], BM25_PARAMS["b"])
+                        out[starts[i] + docs] += (idf * tf).astype(np.float32)
+        self._last[0] = (query, out)
+        return out
+
+    def _live_postings(self, i: int, term: int) -> tuple[np.ndarray, np.ndarray]:
+        docs, tfs = self.segments.parts[i].postings(term)
+        dead = self.segments.dead[i]
+        if dead is not None and len(docs):
+            live = ~dead[docs]
+            return docs[live], tfs[live]
+        return docs, tfs
+
+    @cached_property
+    def _row_ids(self) -> np.ndarray:
+        return np.concatenate([p.ids for p in self.segments.parts]) if self.segments.parts else np.zeros(0, np.int64)
+
+    def _positions(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (parts laid end to end) of the live units among `ids`, and which of `ids` they are."""
+        starts = self.segments.offsets()
+        found = self.segments.locate(ids)
+        rows = [starts[i] + pos for i, pos, _ in found]
+        which = [w for _, _, w in found]
+        return (np.concatenate(rows), np.concatenate(which)) if rows else (np.zeros(0, np.int64),) * 2
 
     def search(self, query: str, k: int, exclude: set[int] | frozenset[int] = frozenset()) -> list[LexicalHit]:
-        """Top-k units by BM25 score, excluding ineligible ids; zero-score units never count."""
-        scores = self.scores(query)
+        """Top-k units by BM25 score (ties: lower id first), excluding ineligible ids; zero-score
+        units never count."""
+        scores = self._scores(query)
         if exclude:
-            scores = np.where(np.isin(self.ids, np.fromiter(exclude, dtype=np.int64)), 0.0, scores)
+            scores = scores.copy()
+            scores[self._positions(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = 0.0
         positive = np.flatnonzero(scores > 0)
-        order = positive[np.argsort(-scores[positive], kind="stable")][:k]
-        return [LexicalHit(int(self.ids[p]), r, float(scores[p])) for r, p in enumerate(order, 1)]
+        if len(positive) > k > 0:  # only rows scoring at least the k-th best can be in the top k
+            kth = np.partition(scores[positive], len(positive) - k)[len(positive) - k]
+            positive = positive[scores[positive] >= kth]
+        ids = self._row_ids
+        order = positive[np.lexsort((ids[positive], -scores[positive]))][:k]
+        return [LexicalHit(int(ids[p]), r, float(scores[p])) for r, p in enumerate(order, 1)]
+
+    def score_units(self, query: str, ids: list[int]) -> dict[int, float]:
+        """BM25 scores of given units (0 for a unit that shares no term with the query)."""
+        if not ids:
+            return {}
+        wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
+        rows, which = self._positions(wanted)
+        return dict(zip(wanted[which].tolist(), self._scores(query)[rows].tolist()))
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """The live unit ids, ascending."""
+        rows, _ = self._positions(np.unique(self._row_ids))
+        return np.sort(self._row_ids[rows])
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 of each live unit, in the order of `ids`."""
+        rows, which = self._positions(self.ids)
+        out = np.zeros(len(self.ids), dtype=np.float32)
+        out[which] = self._scores(query)[rows]
+        return out
+
+    def advanced(self, changes: Changes) -> "LexicalSnapshot":
+        """This snapshot with the changed units' old rows dead and their current rows added."""
+        segs = self.segments
+        gone = sum(int(segs.parts[i].lengths[pos].sum()) for i, pos, _ in segs.locate(changes.ids))
+        added = build_postings(changes.units, self.vocab)
+        segs = segs.without(changes.ids).plus(added, merge_postings)
+        return LexicalSnapshot(self.project, changes.generation, self.vocab, segs,
+                               self.total_length - gone + int(added.lengths.sum()))
 
 
 class LexicalIndex:
-    """Hands out the current snapshot for a project, rebuilding it when the store has moved on."""
+    """Hands out the current snapshot for a project, catching up with the store's writes."""
 
     def __init__(self, store: Store, root: Path) -> None:
         self.store = store
@@ -89,84 +264,162 @@ class LexicalIndex:
         with self._lock:
             cached = self._cache.get(project)
             if cached is None or cached.generation != generation:
-                cached = self._load(project, generation) or self.rebuild(project)
+                cached = self._advance(project, cached or self._load(project))
                 self._cache[project] = cached
             return cached
 
-    def _stamp(self, project: str, generation: int, rows: int) -> dict:
-        return {"format": FORMAT_VERSION, "project": project, "generation": generation,
-                "rows": rows, "schema": self.store.schema_version, "tokenizer": TOKENIZER,
-                "bm25": BM25_PARAMS}
-
-    def _load(self, project: str, generation: int) -> LexicalSnapshot | None:
-        current = self.root / project / "CURRENT"
-        if not current.exists():
-            return None
-        try:
-            live = current.read_text().strip()
-            if not live or "/" in live or live.startswith("."):
-                raise ValueError(f"CURRENT names {live!r}, not a snapshot")
-            snap_dir = self.root / project / live
-            stamp = json.loads((snap_dir / "stamp.json").read_text())
-            ids = np.load(snap_dir / "ids.npy")
-            if stamp != {**self._stamp(project, generation, len(ids)), "files": _digests(snap_dir)}:
-                return None  # stale, or its files are not the ones it was stamped with
-            retriever = bm25s.BM25.load(str(snap_dir / "bm25")) if (snap_dir / "bm25").exists() else None
-        except Exception as exc:  # a damaged snapshot is rebuilt from the rows, never trusted
-            log.warning("lexical index for %r is unreadable (%s); rebuilding", project, exc)
-            return None
-        _sweep(snap_dir.parent, snap_dir.name)
-        return LexicalSnapshot(project, generation, ids, retriever)
+    def _advance(self, project: str, snap: LexicalSnapshot | None) -> LexicalSnapshot:
+        """Catch up through the change log; rebuild when the log cannot say what changed or when
+        more than half the project did."""
+        changes = changes_since(self.store, project, snap.generation) if snap is not None else None
+        if snap is None or changes is None or len(changes.ids) > max(PERSIST_ROWS, snap.segments.live // 2):
+            return self.rebuild(project)
+        if changes.generation == snap.generation:
+            return snap
+        new = snap.advanced(changes)
+        newest = new.segments.parts[-1] if new.segments.parts else None
+        if newest is not None and len(newest.ids) >= PERSIST_ROWS and newest.name not in self._saved(project):
+            self._persist(new)
+        return new
 
     def rebuild(self, project: str) -> LexicalSnapshot:
-        ids, texts, generation = self.store.index_rows(project)
-        tokens = tokenize(texts)
-        retriever = None
-        if any(tokens):
-            retriever = bm25s.BM25(**BM25_PARAMS)
-            retriever.index([t or [""] for t in tokens], show_progress=False)
-        snap = LexicalSnapshot(project, generation, np.asarray(ids, dtype=np.int64), retriever)
-        try:
-            self._persist(snap)
-        except OSError as exc:  # the index is derived: serve it from memory, rebuild next start
-            log.warning("could not save the lexical index for %r (%s); using it unsaved", project, exc)
+        """From every row, a chunk of rows per part (memory stays bounded)."""
+        vocab: dict[str, int] = {}
+        parts: list[Postings] = []
+        generation = scan_units(self.store, project, lambda units: parts.append(build_postings(units, vocab)))
+        segs = Segments(tuple(parts), (None,) * len(parts))  # one part per chunk: no copy of the whole
+        snap = LexicalSnapshot(project, generation, vocab, segs, sum(int(p.lengths.sum()) for p in parts))
+        self._persist(snap)
         return snap
 
+    # ---- on disk ----------------------------------------------------------------------------
+    # base/CURRENT names the live snapshot directory (its manifest, vocabulary and dead rows);
+    # base/parts/ holds the immutable parts, shared by successive snapshots, so a save writes
+    # only the parts that are new. The manifest records a digest of every file it relies on.
+
+    def _stamp(self, project: str) -> dict[str, Any]:
+        return {"format": FORMAT_VERSION, "project": project, "schema": self.store.schema_version,
+                "tokenizer": TOKENIZER, "bm25": BM25_PARAMS}
+
+    def _live(self, project: str) -> tuple[Path, dict[str, Any]] | None:
+        """The live snapshot directory and its manifest, or None when there is none yet."""
+        base = self.root / project
+        if not (base / "CURRENT").exists():
+            return None
+        live = (base / "CURRENT").read_text().strip()
+        if not live or "/" in live or live.startswith(".") or live == PARTS:
+            raise ValueError(f"CURRENT names {live!r}, not a snapshot")
+        return base / live, json.loads((base / live / "manifest.json").read_text())
+
+    def _saved(self, project: str) -> set[str]:
+        try:
+            live = self._live(project)
+        except (OSError, ValueError):
+            return set()
+        return set(live[1]["parts"]) if live else set()
+
+    def _load(self, project: str) -> LexicalSnapshot | None:
+        try:
+            live = self._live(project)
+            if live is None:
+                return None
+            snap_dir, manifest = live
+            if manifest.get("stamp") != self._stamp(project):
+                return None  # built by another version or for another schema
+            files = _snapshot_files(snap_dir, manifest)
+            if {name: _digest(path) for name, path in files.items()} != manifest["files"]:
+                raise ValueError("a file differs from the one the manifest recorded")
+            terms = json.loads(files["vocab.json"].read_text())
+            parts = []
+            for name in manifest["parts"]:
+                with np.load(files[f"part-{name}"]) as z:
+                    parts.append(Postings(z["ids"], z["lengths"], z["indptr"], z["docs"], z["tfs"], name))
+            dead = np.load(files["dead.npz"]) if "dead.npz" in files else {}
+            masks = tuple(_mask(dead.get(p.name), len(p.ids)) for p in parts)
+        except Exception as exc:  # a damaged index is rebuilt from the rows, never trusted
+            log.warning("lexical index for %r is unreadable (%s); rebuilding", project, exc)
+            return None
+        _sweep(snap_dir.parent, snap_dir.name, set(manifest["parts"]))
+        return LexicalSnapshot(project, int(manifest["generation"]), {t: i for i, t in enumerate(terms)},
+                               Segments(tuple(parts), masks), int(manifest["total_length"]))
+
     def _persist(self, snap: LexicalSnapshot) -> None:
+        """Save, or keep serving it unsaved (it is derived: the next start rebuilds or replays)."""
+        try:
+            self._save(snap)
+        except OSError as exc:
+            log.warning("could not save the lexical index for %r (%s); using it unsaved", snap.project, exc)
+
+    def _save(self, snap: LexicalSnapshot) -> None:
         base = self.root / snap.project
+        (base / PARTS).mkdir(parents=True, exist_ok=True)
+        for part in snap.segments.parts:
+            path = base / PARTS / f"part-{part.name}.npz"
+            if not path.exists():
+                tmp = base / PARTS / f".part-{part.name}.tmp.npz"
+                np.savez(tmp, ids=part.ids, lengths=part.lengths, indptr=part.indptr, docs=part.docs, tfs=part.tfs)
+                os.replace(tmp, path)
         name = f"g{snap.generation}-{uuid.uuid4().hex[:8]}"
         tmp = base / f".{name}.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        np.save(tmp / "ids.npy", snap.ids)
-        if snap.retriever is not None:
-            snap.retriever.save(str(tmp / "bm25"))
-        stamp = {**self._stamp(snap.project, snap.generation, len(snap.ids)), "files": _digests(tmp)}
-        (tmp / "stamp.json").write_text(json.dumps(stamp))
+        tmp.mkdir()
+        (tmp / "vocab.json").write_text(json.dumps(list(snap.vocab)))  # insertion order is id order
+        dead = {p.name: np.flatnonzero(d) for p, d in zip(snap.segments.parts, snap.segments.dead) if d is not None}
+        if dead:
+            np.savez(tmp / "dead.npz", **dead)
+        manifest = {"stamp": self._stamp(snap.project), "generation": snap.generation,
+                    "total_length": snap.total_length, "parts": [p.name for p in snap.segments.parts],
+                    "dead": bool(dead)}
+        manifest["files"] = {n: _digest(f) for n, f in _snapshot_files(tmp, manifest).items()}
+        (tmp / "manifest.json").write_text(json.dumps(manifest))
         os.replace(tmp, base / name)
         pointer = base / f".CURRENT.{name}"
         pointer.write_text(name)
         if (base / "CURRENT").is_dir():  # damaged beyond reading: a file cannot replace it
             shutil.rmtree(base / "CURRENT")
         os.replace(pointer, base / "CURRENT")  # the swap: readers see the old or the new, whole
-        _sweep(base, name)
+        _sweep(base, name, set(manifest["parts"]))
 
 
-def _sweep(base: Path, live: str) -> None:
-    """Only the store's owner process builds, one build at a time: anything here but the live
-    snapshot is an older one or what a build killed half-way left behind."""
+PARTS = "parts"
+
+
+def _snapshot_files(snap_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """Every file a snapshot relies on, by the name its manifest records it under."""
+    files = {"vocab.json": snap_dir / "vocab.json"}
+    if manifest["dead"]:
+        files["dead.npz"] = snap_dir / "dead.npz"
+    for name in manifest["parts"]:
+        files[f"part-{name}"] = snap_dir.parent / PARTS / f"part-{name}.npz"
+    return files
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of a file, so a damaged one is noticed at load instead of scoring wrong."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sweep(base: Path, live: str, parts: set[str]) -> None:
+    """Only the store's owner process builds, one save at a time: anything here but the live
+    snapshot and its parts is an older snapshot or what a save killed half-way left behind."""
     for old in base.iterdir():
-        if old.name in ("CURRENT", live):
+        if old.name in ("CURRENT", live, PARTS):
             continue
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+    for old in (base / PARTS).iterdir() if (base / PARTS).is_dir() else ():
+        if old.name.removeprefix("part-").removesuffix(".npz") not in parts:
             old.unlink(missing_ok=True)
 
 
-def _digests(snap_dir: Path) -> dict[str, str]:
-    """SHA-256 of every file of a snapshot but its stamp, so a damaged file is noticed at load."""
-    return {str(f.relative_to(snap_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(snap_dir.rglob("*")) if f.is_file() and f.name != "stamp.json"}
+def _mask(dead_rows: np.ndarray | None, n: int) -> np.ndarray | None:
+    if dead_rows is None:
+        return None
+    mask = np.zeros(n, dtype=bool)
+    mask[dead_rows] = True
+    return mask
 
 
 class Bm25Channel:
@@ -182,11 +435,4 @@ class Bm25Channel:
 
     def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
         """BM25 scores of given units (0 for a unit that shares no term with the query)."""
-        snap = self.index.snapshot(project)
-        if not len(snap.ids) or not ids:
-            return {}
-        wanted = np.asarray(ids, dtype=np.int64)
-        pos = np.clip(np.searchsorted(snap.ids, wanted), 0, len(snap.ids) - 1)
-        ok = snap.ids[pos] == wanted
-        scores = snap.scores(query)
-        return dict(zip(wanted[ok].tolist(), scores[pos[ok]].tolist()))
+        return self.index.snapshot(project).score_units(query, ids)

@@ -1,18 +1,18 @@
-"""Session order, derived from the rows: each unit's neighbours and relative position in its
-session, and each session's start. Held per project and rebuilt when the project changes."""
+"""Session order for the sessions a query's pool touches: each member's neighbours and relative
+position in its session, and each session's start. Read from the rows when asked, so a write
+never invalidates anything and nothing is held for sessions no query reaches."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Iterable
 
 from .store import Store
 
 
 @dataclass(frozen=True)
 class SessionSnapshot:
-    generation: int
     neighbours: dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
     starts: dict[str, datetime]
 
@@ -20,22 +20,15 @@ class SessionSnapshot:
 class SessionIndex:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._cache: dict[str, SessionSnapshot] = {}
-        self._lock = threading.Lock()
 
-    def snapshot(self, project: str) -> SessionSnapshot:
-        generation = self.store.generation(project)
-        snap = self._cache.get(project)
-        if snap is None or snap.generation != generation:
-            with self._lock:
-                snap = self._build(project, generation)
-                self._cache[project] = snap
-        return snap
-
-    def _build(self, project: str, generation: int) -> SessionSnapshot:
+    def around(self, project: str, sessions: Iterable[str | None]) -> SessionSnapshot:
+        """The order of every unit in the named sessions (units without a session have none)."""
+        names = sorted({s for s in sessions if s})
+        if not names:
+            return SessionSnapshot({}, {})
         rows = self.store.cursor().execute(
-            "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IS NOT NULL "
-            "ORDER BY session, recorded_at, seq", [project]).fetchall()
+            "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IN (SELECT unnest(?)) "
+            "ORDER BY session, recorded_at, seq", [project, names]).fetchall()
         neighbours: dict[int, tuple[int | None, int | None, float]] = {}
         starts: dict[str, datetime] = {}
         start = 0
@@ -49,4 +42,4 @@ class SessionIndex:
                 if members:
                     starts[members[0][1]] = members[0][2]
                 start = i
-        return SessionSnapshot(generation, neighbours, starts)
+        return SessionSnapshot(neighbours, starts)

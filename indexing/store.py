@@ -8,7 +8,6 @@ that derived indexes record and are checked against.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any, Iterable, Iterator
 import duckdb
 
 from .errors import InputError, StoreError, StoreLocked
+from .generations import Generations
 from .units import Chunk, Item, Unit, check_project, chunk_item, content_hash
 
 MIGRATIONS: list[str] = [
@@ -62,6 +62,18 @@ MIGRATIONS: list[str] = [
     CREATE TABLE tokens (name VARCHAR PRIMARY KEY, secret_sha256 VARCHAR NOT NULL UNIQUE,
                          projects VARCHAR[] NOT NULL, created_at TIMESTAMP NOT NULL);
     """,
+    # 4: change logs, so derived indexes catch up with a write instead of rebuilding; a log
+    # reaches back to `logged_from` (the generation at which this migration ran)
+    """
+    CREATE TABLE unit_changes (project VARCHAR NOT NULL, generation BIGINT NOT NULL,
+                               unit_id BIGINT NOT NULL);
+    CREATE TABLE vector_changes (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
+                                 generation BIGINT NOT NULL, unit_id BIGINT NOT NULL);
+    ALTER TABLE projects ADD COLUMN logged_from BIGINT DEFAULT 0;
+    UPDATE projects SET logged_from = generation;
+    ALTER TABLE vector_state ADD COLUMN logged_from BIGINT DEFAULT 0;
+    UPDATE vector_state SET logged_from = generation;
+    """,
 ]
 
 UNIT_ID = re.compile(r"#?[0-9]{1,18}")  # ASCII digits only ('¹'.isdigit()), and within BIGINT
@@ -101,6 +113,28 @@ def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
                       "to start an empty store, or put a backup in its place")
 
 
+UPSERT = """ON CONFLICT (project, key) DO UPDATE SET
+    content_hash = excluded.content_hash, text = excluded.text, tokens = excluded.tokens,
+    session = excluded.session, role = excluded.role, speaker = excluded.speaker,
+    title = excluded.title, status = excluded.status, path = excluded.path,
+    heading = excluded.heading, recorded_at = excluded.recorded_at, written_at = excluded.written_at
+    WHERE NOT starts_with(excluded.key, 'hash:')  -- same content: nothing to write"""
+
+# DuckDB's own memory (buffer cache, ART indexes, query state; more spills to disk). The indexes
+# the server searches live in their own snapshots, so caching table blocks beside them only
+# doubles what a million stored vectors cost: 80% of RAM by default, here a fixed cap.
+MEMORY_LIMIT = "512MB"
+INDEX_SCAN_MAX = 2048  # DuckDB probes the primary key's index for a literal IN list up to this size
+
+
+def id_filter(column: str, ids: list[int]) -> tuple[str, list[Any]]:
+    """`column IN (...)` for unit ids: a literal list (an index lookup) when short, else a join
+    against the list (a scan). Ids are ints, so the literal text is safe."""
+    if len(ids) <= INDEX_SCAN_MAX:
+        return f"{column} IN ({', '.join(str(int(i)) for i in ids)})", []
+    return f"{column} IN (SELECT unnest(?::BIGINT[]))", [list(ids)]
+
+
 class Store:
     """One DuckDB file. Thread-safe: a cursor per call, writes serialised by a lock."""
 
@@ -113,6 +147,9 @@ class Store:
             raise _open_error(self.path, exc) from exc
         self._write_lock = threading.Lock()
         try:
+            self._conn.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+            self.generations = Generations.of(self.path)
+            self.generations.clear()
             self._migrate()
         except duckdb.Error as exc:  # e.g. a truncated file fails at its first read
             self._conn.close()
@@ -146,27 +183,42 @@ class Store:
     def write(self, project: str, items: list[Item]) -> list[WriteResult]:
         """Store a validated batch in one transaction: all items or none.
 
-        DuckDB is columnar, so the batch is planned in Python and written with one bulk upsert
-        rather than a statement per row."""
+        DuckDB is columnar, so the batch is planned in Python and written with bulk statements
+        rather than one per row. Rows taken to be new are inserted plainly: DuckDB checks the
+        unique key through its index, while an upsert joins against the whole table. Content
+        already stored makes that insert fail; the batch is then written again as an upsert."""
         check_project(project)
         prepared = [_Prepared(it, content_hash(it), chunk_item(it)) for it in items]
+        try:
+            return self._write_once(project, prepared, fast=True)
+        except duckdb.ConstraintException:
+            return self._write_once(project, prepared, fast=False)
+
+    def _write_once(self, project: str, prepared: list["_Prepared"], fast: bool) -> list[WriteResult]:
         with self._write_lock:
             cur = self.cursor()
             cur.execute("BEGIN")
             try:
-                results = self._write_batch(cur, project, prepared)
-                if any(r.outcome != "unchanged" for r in results):
-                    self._bump(cur, project)
+                removed: list[int] = []
+                results = self._write_batch(cur, project, prepared, removed, fast)
+                changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
+                if changed or removed:
+                    self._bump(cur, project, changed + removed)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            finally:
+                self.generations.forget(("units", project))
         return results
 
-    def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str,
-                     batch: list["_Prepared"]) -> list[WriteResult]:
-        by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref])
-        by_hash = self._existing_by_hash(cur, project, [p.hash for p in batch if not p.item.ref])
+    def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str, batch: list["_Prepared"],
+                     removed: list[int], fast: bool = False) -> list[WriteResult]:
+        # Items without a ref are keyed by their content: the insert itself finds one already
+        # stored (the unique key), so only refs are looked up first.
+        named = [p.item.supersedes for p in batch if p.item.supersedes]  # found in the same read
+        by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref] + named)
+        by_hash: dict[str, tuple[int, ...]] = {}
         plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
         rows: list[tuple[Any, ...]] = []
         shrunk: list[tuple[str, int]] = []
@@ -196,19 +248,28 @@ class Store:
             if len(old) > len(p.chunks):
                 shrunk.append((item.ref, len(p.chunks)))
             plans.append((p, "updated" if old else "stored", keys))
-        ids = {**same, **self._bulk_upsert(cur, project, rows)}
+        existing = {key for p, outcome, keys in plans if outcome == "updated" for key in keys}
+        fresh = [r for r in rows if r[0] not in existing]
+        ids = {**same, **self._bulk_upsert(cur, project, fresh, upsert=not fast),
+               **self._bulk_upsert(cur, project, [r for r in rows if r[0] in existing])}
+        plans = [(p, "unchanged", ()) if outcome == "stored" and not p.item.ref and keys[0] not in ids
+                 else (p, outcome, keys) for p, outcome, keys in plans]  # content already stored
         for chash, uid in rehash:
             cur.execute("UPDATE units SET content_hash = ? WHERE id = ?", [chash, uid])
         for ref, keep in shrunk:
-            cur.execute("DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ?",
-                        [project, ref, keep])
+            removed.extend(r[0] for r in cur.execute(
+                "DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ? RETURNING id",
+                [project, ref, keep]).fetchall())
+        stored_before = self._existing_by_hash(cur, project, [p.hash for p, _, k in plans if not k])
+        known = {ref: (rows[0][0], rows[0][1]) for ref, rows in by_ref.items()}  # ref -> (first id, kind)
+        known.update({p.item.ref: (ids[k[0]], p.item.kind) for p, outcome, k in plans
+                      if p.item.ref and outcome != "unchanged" and k[0] in ids})
         results = []
         for p, outcome, keys_or_ids in plans:
             unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
-            if not unit_ids:  # identical to an item earlier in this batch
-                unit_ids = self._existing_by_hash(cur, project, [p.hash])[p.hash]
+            unit_ids = unit_ids or stored_before[p.hash]  # stored earlier, or earlier in this batch
             if outcome != "unchanged" and p.item.kind == "decision":
-                self._link_supersession(cur, project, unit_ids[0], p.item.supersedes)
+                self._link_supersession(cur, project, unit_ids[0], p.item.supersedes, known)
             results.append(WriteResult(p.item.ref, unit_ids, outcome))
         return results
 
@@ -239,7 +300,7 @@ class Store:
         return {h: tuple(ids) for h, ids in out.items()}
 
     def _bulk_upsert(self, cur: duckdb.DuckDBPyConnection, project: str,
-                     rows: list[tuple[Any, ...]]) -> dict[str, int]:
+                     rows: list[tuple[Any, ...]], upsert: bool = True) -> dict[str, int]:
         if not rows:
             return {}
         cols = list(zip(*rows))
@@ -250,26 +311,20 @@ class Store:
             f"""
             INSERT INTO units (project, key, kind, ref, chunk, content_hash, text, tokens, session,
                 role, speaker, title, status, path, heading, recorded_at, seq, written_at)
-            SELECT ?, {selects}, nextval('unit_seq'), ?
-            ON CONFLICT (project, key) DO UPDATE SET
-                content_hash = excluded.content_hash, text = excluded.text,
-                tokens = excluded.tokens, session = excluded.session, role = excluded.role,
-                speaker = excluded.speaker, title = excluded.title, status = excluded.status,
-                path = excluded.path, heading = excluded.heading,
-                recorded_at = excluded.recorded_at, written_at = excluded.written_at
+            SELECT ?, {selects}, nextval('unit_seq'), ? {UPSERT if upsert else ""}
             RETURNING key, id
             """, [project, *[list(c) for c in cols], _now()]).fetchall()
         return {key: int(uid) for key, uid in returned}
 
     def _link_supersession(self, cur: duckdb.DuckDBPyConnection, project: str, new_id: int,
-                           supersedes: str | None) -> None:
+                           supersedes: str | None, known: dict[str, tuple[int, str]]) -> None:
         old = cur.execute("SELECT supersedes FROM units WHERE id = ?", [new_id]).fetchone()[0]
         if old is not None:  # an update in place may change or drop the link
             cur.execute("UPDATE units SET superseded_by = NULL WHERE id = ? AND superseded_by = ?",
                         [old, new_id])
         target = None
         if supersedes is not None:
-            target = self._resolve(cur, project, supersedes, kind="decision")
+            target = self._resolve(cur, project, supersedes, kind="decision", known=known)
             if target == new_id or new_id in self._chain_down(cur, target):
                 raise InputError(f"supersedes={supersedes!r} would make a cycle of decisions; "
                                  "a decision cannot supersede itself or one of its successors")
@@ -287,8 +342,14 @@ class Store:
         return seen
 
     def _resolve(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
-                 kind: str | None = None) -> int:
-        """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk)."""
+                 kind: str | None = None, known: dict[str, tuple[int, str]] | None = None) -> int:
+        """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk);
+        `known` holds refs already read (ref -> first id, kind)."""
+        if known and ref_or_id in known:
+            uid, found = known[ref_or_id]
+            if kind is not None and found != kind:
+                raise InputError(f"{ref_or_id!r} is a {found}; only a {kind} can be named here")
+            return uid
         ids = self._resolve_all(cur, project, ref_or_id)
         if not ids:
             raise InputError(f"{ref_or_id!r} names no unit in project {project!r}; "
@@ -324,11 +385,16 @@ class Store:
         """The unit ids a ref (all chunks) or an id names in a project; empty if none."""
         return self._resolve_all(self.cursor(), project, ref_or_id)
 
-    def _bump(self, cur: duckdb.DuckDBPyConnection, project: str) -> None:
+    def _bump(self, cur: duckdb.DuckDBPyConnection, project: str, ids: Iterable[int]) -> None:
+        """The project's next generation, with the units it changed (written, rewritten, renamed
+        or removed) in the change log."""
         count = cur.execute("SELECT count(*) FROM units WHERE project = ?", [project]).fetchone()[0]
-        cur.execute("INSERT INTO projects VALUES (?, 1, ?) ON CONFLICT (project) DO UPDATE "
-                    "SET generation = projects.generation + 1, units = excluded.units",
-                    [project, count])
+        generation = cur.execute(
+            "INSERT INTO projects (project, generation, units) VALUES (?, 1, ?) ON CONFLICT (project) "
+            "DO UPDATE SET generation = projects.generation + 1, units = excluded.units "
+            "RETURNING generation", [project, count]).fetchone()[0]
+        cur.execute("INSERT INTO unit_changes SELECT ?, ?, unnest(?::BIGINT[])",
+                    [project, generation, sorted(set(ids))])
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
         """Remove units by ref or id; unknown names fail the whole call and remove nothing."""
@@ -348,19 +414,23 @@ class Store:
                 cur.execute("UPDATE units SET supersedes = NULL WHERE supersedes IN "
                             "(SELECT unnest(?))", [ids])
                 cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?))", [ids])
-                self._bump(cur, project)
+                self._bump(cur, project, ids)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            finally:
+                self.generations.forget(("units", project))
         return ids
 
     # ---- reads --------------------------------------------------------------------------------
 
     def generation(self, project: str) -> int:
-        row = self.cursor().execute("SELECT generation FROM projects WHERE project = ?",
-                                    [project]).fetchone()
-        return int(row[0]) if row else 0
+        def load() -> int:
+            row = self.cursor().execute("SELECT generation FROM projects WHERE project = ?",
+                                        [project]).fetchone()
+            return int(row[0]) if row else 0
+        return self.generations.get(("units", project), load)
 
     def projects(self) -> dict[str, int]:
         rows = self.cursor().execute(
@@ -378,22 +448,23 @@ class Store:
         units = [_row_to_unit(r) for r in rows]
         return [u.id for u in units], [u.index_text() for u in units], int(gen[0]) if gen else 0
 
-    def units(self, project: str, ids: Iterable[int]) -> dict[int, Unit]:
+    def units(self, project: str, ids: Iterable[int],
+              cur: duckdb.DuckDBPyConnection | None = None) -> dict[int, Unit]:
         ids = list(ids)
         if not ids:
             return {}
-        rows = self.cursor().execute(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND id IN (SELECT unnest(?))",
-            [project, ids]).fetchall()
-        return {r[0]: _row_to_unit(r) for r in rows}
+        where, params = id_filter("id", ids)
+        rows = (cur or self.cursor()).execute(  # by id alone: a project filter turns the lookup into a scan
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params).fetchall()
+        return {r[0]: _row_to_unit(r) for r in rows if r[1] == project}
 
     def units_by_id(self, ids: Iterable[int]) -> dict[int, Unit]:
         """Units by id in any project: for maintenance work (embedding), never for a request."""
         ids = list(ids)
         if not ids:
             return {}
-        rows = self.cursor().execute(
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
+        where, params = id_filter("id", ids)
+        rows = self.cursor().execute(f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params).fetchall()
         return {r[0]: _row_to_unit(r) for r in rows}
 
     def ineligible_ids(self, project: str, as_of: datetime | None) -> set[int]:
@@ -413,18 +484,6 @@ class Store:
         row = self.cursor().execute("SELECT coalesce(sum(units), 0) FROM projects "
                                     "WHERE project <> ?", [project]).fetchone()
         return int(row[0])
-
-    # ---- slates -------------------------------------------------------------------------------
-
-    def save_slate(self, slate_id: str, project: str, payload: dict[str, Any]) -> None:
-        with self._write_lock:
-            self.cursor().execute("INSERT INTO slates VALUES (?, ?, ?, ?)",
-                                  [slate_id, project, _now(), json.dumps(payload)])
-
-    def load_slate(self, slate_id: str) -> tuple[str, dict[str, Any]] | None:
-        row = self.cursor().execute("SELECT project, payload FROM slates WHERE slate_id = ?",
-                                    [slate_id]).fetchone()
-        return (row[0], json.loads(row[1])) if row else None
 
     # ---- sources that write on their own (note watcher) ---------------------------------------
 
@@ -474,11 +533,13 @@ class Store:
                     [new_ref, new_ref, path, project, old_ref]).fetchall()]
                 if not ids:
                     raise InputError(f"ref {old_ref!r} names nothing in project {project!r}")
-                self._bump(cur, project)
+                self._bump(cur, project, ids)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            finally:
+                self.generations.forget(("units", project))
         return sorted(ids)
 
 

@@ -1,29 +1,32 @@
-"""The dense channel: vectors in DuckDB, an in-memory snapshot per project, a background embedder.
+"""The dense channel: vectors in DuckDB, an in-memory snapshot per project that follows writes.
 
 Vectors are keyed by (unit id, model identity) and record the content hash they were computed
-from, so an updated unit is re-embedded and a changed model re-embeds everything. Search is an
-exact inner product over the project's vectors, held in memory as a float32 snapshot (float16 on disk) that is
-rebuilt when the project's rows or vectors change.
+from, so an updated unit is re-embedded and a changed model re-embeds everything (indexing/
+backfill.py). Search is an exact inner product over the project's current vectors, held in
+memory as float32 (float16 on disk) in a few immutable parts (indexing/segments.py): a write or
+a new batch of vectors marks the changed units' old rows dead and adds a part for their current
+vectors, found through the change logs, so nothing is reloaded whole after the first load.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from functools import cached_property
+from typing import Iterator, Sequence
 
 import duckdb
 import numpy as np
 
+from .changes import changed_ids, generation_and_log, reading
 from .embedder import Embedder
-from .store import Store
+from .segments import Segments, keep_rows
+from .store import Store, id_filter
 from .units import Unit
 
 log = logging.getLogger(__name__)
-EMBED_BATCH = 64
+WINDOW = 65_536  # unit ids per read while loading or scanning for pending units
 
 
 @dataclass(frozen=True)
@@ -34,37 +37,85 @@ class DenseHit:
 
 
 @dataclass(frozen=True)
+class Vectors:
+    """One part: unit ids (ascending) and their L2-normalised vectors as float32 rows."""
+
+    ids: np.ndarray
+    matrix: np.ndarray
+
+
+def merge_vectors(parts: Sequence[Vectors], dead: Sequence[np.ndarray | None]) -> Vectors:
+    """The live rows of several parts as one part, ids ascending."""
+    keep = [keep_rows(d, len(p.ids)) for p, d in zip(parts, dead)]
+    ids = np.concatenate([p.ids[k] for p, k in zip(parts, keep)])
+    dest = np.empty(len(ids), dtype=np.int64)
+    dest[np.argsort(ids, kind="stable")] = np.arange(len(ids))
+    matrix = np.empty((len(ids), parts[0].matrix.shape[1]), dtype=np.float32)
+    start = 0
+    for p, k, d in zip(parts, keep, dead):
+        matrix[dest[start:start + len(k)]] = p.matrix if d is None else p.matrix[k]
+        start += len(k)
+    return Vectors(np.sort(ids), matrix)
+
+
+@dataclass(frozen=True)
 class DenseSnapshot:
     project: str
     key: tuple[int, int]  # (store generation, vector generation)
-    ids: np.ndarray  # ascending unit ids
-    matrix: np.ndarray  # (n, dim) float32 (stored as float16), rows L2-normalised
+    segments: Segments[Vectors]
+    dim: int
+
+    @cached_property
+    def _row_ids(self) -> np.ndarray:
+        parts = self.segments.parts
+        return np.concatenate([p.ids for p in parts]) if parts else np.zeros(0, np.int64)
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """Units with a current vector, ascending."""
+        return np.sort(self._row_ids[self._rows(np.unique(self._row_ids))[0]])
+
+    def _rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        starts = self.segments.offsets()
+        found = self.segments.locate(ids)
+        if not found:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return (np.concatenate([starts[i] + pos for i, pos, _ in found]),
+                np.concatenate([w for _, _, w in found]))
 
     def similarities(self, query: np.ndarray) -> np.ndarray:
-        if len(self.ids) == 0:
-            return np.zeros(0, dtype=np.float32)
-        return self.matrix @ query.astype(np.float32)
+        """Cosine with every row, parts end to end; dead rows -inf."""
+        q = query.astype(np.float32)
+        out = [p.matrix @ q if d is None else np.where(d, -np.inf, p.matrix @ q).astype(np.float32)
+               for p, d in zip(self.segments.parts, self.segments.dead)]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
     def search(self, query: np.ndarray, k: int, exclude: set[int] | frozenset[int] = frozenset()) -> list[DenseHit]:
         scores = self.similarities(query)
         if exclude and len(scores):
-            scores = np.where(np.isin(self.ids, np.fromiter(exclude, dtype=np.int64)), -np.inf, scores)
+            scores[self._rows(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = -np.inf
         k = min(k, int(np.isfinite(scores).sum()))
         if k <= 0:
             return []
         top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.lexsort((self.ids[top], -scores[top]))]
-        return [DenseHit(int(self.ids[p]), r, float(scores[p])) for r, p in enumerate(top, 1)]
+        ids = self._row_ids
+        top = top[np.lexsort((ids[top], -scores[top]))]
+        return [DenseHit(int(ids[p]), r, float(scores[p])) for r, p in enumerate(top, 1)]
 
     def lookup(self, query: np.ndarray, ids: list[int]) -> dict[int, float]:
         """Cosine similarity of the query with the given units that have a vector."""
-        if not len(self.ids) or not ids:
+        if not ids:
             return {}
-        wanted = np.asarray(ids, dtype=np.int64)
-        pos = np.clip(np.searchsorted(self.ids, wanted), 0, len(self.ids) - 1)
-        ok = self.ids[pos] == wanted
-        sims = self.matrix[pos[ok]] @ query
-        return dict(zip(wanted[ok].tolist(), sims.tolist()))
+        wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
+        out: dict[int, float] = {}
+        for i, pos, which in self.segments.locate(wanted):
+            sims = self.segments.parts[i].matrix[pos] @ query.astype(np.float32)
+            out.update(zip(wanted[which].tolist(), sims.tolist()))
+        return out
+
+    def advanced(self, key: tuple[int, int], changed: np.ndarray, fresh: Vectors) -> "DenseSnapshot":
+        return DenseSnapshot(self.project, key, self.segments.without(changed).plus(fresh, merge_vectors),
+                             self.dim or fresh.matrix.shape[1])
 
 
 class VectorStore:
@@ -74,16 +125,23 @@ class VectorStore:
         self.store = store
         self.model = model
 
-    def pending(self, limit: int, project: str | None = None) -> list[Unit]:
-        """Units without a current vector for this model (new, updated, or a new model)."""
+    def pending_windows(self, project: str | None = None) -> Iterator[list[Unit]]:
+        """Units without a current vector for this model (new, updated, or a new model), a window
+        of ids at a time, so each read touches a bounded slice of the tables."""
         where = "AND u.project = ?" if project else ""
-        rows = self.store.cursor().execute(
-            f"""SELECT u.id FROM units u LEFT JOIN vectors v
-                ON v.unit_id = u.id AND v.model = ? AND v.content_hash = u.content_hash
-                WHERE v.unit_id IS NULL {where} ORDER BY u.id LIMIT ?""",
-            [self.model, *([project] if project else []), limit]).fetchall()
-        ids = [r[0] for r in rows]
-        return list(self.store.units_by_id(ids).values())
+        cur = self.store.cursor()
+        lo, hi = cur.execute(f"SELECT min(id), max(id) FROM units u WHERE true {where}",
+                             [project] if project else []).fetchone()
+        for start in range(lo or 0, (hi or -1) + 1, WINDOW):
+            rows = cur.execute(
+                f"""SELECT u.id FROM units u LEFT JOIN vectors v ON v.unit_id = u.id AND v.model = ?
+                    AND v.content_hash = u.content_hash AND v.unit_id BETWEEN ? AND ?
+                    WHERE v.unit_id IS NULL AND u.id BETWEEN ? AND ? {where} ORDER BY u.id""",
+                [self.model, start, start + WINDOW - 1, start, start + WINDOW - 1,
+                 *([project] if project else [])]).fetchall()
+            if rows:
+                units = self.store.units_by_id([r[0] for r in rows])
+                yield [units[r[0]] for r in rows if r[0] in units]
 
     def count_pending(self, project: str) -> int:
         return int(self.store.cursor().execute(
@@ -92,103 +150,100 @@ class VectorStore:
                WHERE v.unit_id IS NULL AND u.project = ?""", [self.model, project]).fetchone()[0])
 
     def put(self, units: list[Unit], vectors: np.ndarray, hashes: list[str]) -> None:
+        """Store vectors; each project's vector generation moves on, with the units in its log.
+        New rows are inserted plainly (an upsert joins against the whole table); a unit that
+        already has a row for this model (its text changed) makes the batch an upsert."""
         blobs = [v.astype(np.float16).tobytes() for v in vectors]
+        try:
+            self._put(units, blobs, hashes, upsert=False)
+        except duckdb.ConstraintException:
+            self._put(units, blobs, hashes, upsert=True)
+
+    def _put(self, units: list[Unit], blobs: list[bytes], hashes: list[str], upsert: bool) -> None:
         projects = sorted({u.project for u in units})
-        with self.store.transaction() as cur:
-            cur.execute(
-                """INSERT INTO vectors SELECT unnest(?::BIGINT[]), ?, unnest(?::VARCHAR[]), unnest(?::BLOB[])
-                   ON CONFLICT (unit_id, model) DO UPDATE SET content_hash = excluded.content_hash,
-                   vec = excluded.vec""", [[u.id for u in units], self.model, hashes, blobs])
-            cur.execute("""INSERT INTO vector_state SELECT unnest(?::VARCHAR[]), ?, 1
-                           ON CONFLICT (project, model) DO UPDATE SET generation = vector_state.generation + 1""",
-                        [projects, self.model])
+        conflict = ("ON CONFLICT (unit_id, model) DO UPDATE SET content_hash = excluded.content_hash, "
+                    "vec = excluded.vec") if upsert else ""
+        try:
+            with self.store.transaction() as cur:
+                cur.execute(
+                    f"""INSERT INTO vectors SELECT unnest(?::BIGINT[]), ?, unnest(?::VARCHAR[]),
+                        unnest(?::BLOB[]) {conflict}""", [[u.id for u in units], self.model, hashes, blobs])
+                generations = dict(cur.execute(
+                    """INSERT INTO vector_state (project, model, generation) SELECT unnest(?::VARCHAR[]), ?, 1
+                       ON CONFLICT (project, model) DO UPDATE SET generation = vector_state.generation + 1
+                       RETURNING project, generation""", [projects, self.model]).fetchall())
+                cur.execute("INSERT INTO vector_changes SELECT unnest(?::VARCHAR[]), ?, unnest(?::BIGINT[]), "
+                            "unnest(?::BIGINT[])", [[u.project for u in units], self.model,
+                                                    [generations[u.project] for u in units], [u.id for u in units]])
+        finally:
+            for project in projects:
+                self.store.generations.forget(("vectors", project, self.model))
 
     def generation(self, project: str) -> int:
-        row = self.store.cursor().execute("SELECT generation FROM vector_state WHERE project = ? AND model = ?",
-                                          [project, self.model]).fetchone()
-        return int(row[0]) if row else 0
+        def load() -> int:
+            row = self.store.cursor().execute("SELECT generation FROM vector_state WHERE project = ? AND model = ?",
+                                              [project, self.model]).fetchone()
+            return int(row[0]) if row else 0
+        return self.store.generations.get(("vectors", project, self.model), load)
 
-    def load(self, project: str) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.store.cursor().execute(
-            """SELECT u.id, v.vec FROM units u JOIN vectors v ON v.unit_id = u.id AND v.model = ?
-               AND v.content_hash = u.content_hash WHERE u.project = ? ORDER BY u.id""",
-            [self.model, project]).fetchall()
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float16).astype(np.float32)
-        return ids, matrix.reshape(len(rows), -1) if rows else matrix.reshape(0, 0)
+    def _key(self, cur: duckdb.DuckDBPyConnection, project: str) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((store generation, vector generation), the generations their logs reach back to)."""
+        generation, logged = generation_and_log(cur, project)
+        row = cur.execute("SELECT generation, logged_from FROM vector_state WHERE project = ? AND model = ?",
+                          [project, self.model]).fetchone()
+        vgen, vlogged = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
+        return (generation, vgen), (logged, vlogged)
+
+    def _current(self, cur: duckdb.DuckDBPyConnection, project: str, where: str, params: list) -> Vectors | None:
+        found = cur.execute(
+            f"""SELECT u.id, v.vec FROM units u JOIN vectors v ON v.unit_id = u.id AND v.model = ?
+                AND v.content_hash = u.content_hash WHERE u.project = ? AND {where} ORDER BY u.id""",
+            [self.model, project, *params]).fetchnumpy()  # columns as arrays: no tuple per row
+        if not len(found["id"]):
+            return None
+        flat = np.frombuffer(b"".join(found["vec"]), dtype=np.float16)
+        return Vectors(found["id"].astype(np.int64), flat.reshape(len(found["id"]), -1).astype(np.float32))
+
+    def load(self, project: str) -> tuple[tuple[int, int], list[Vectors]]:
+        """Every current vector of a project, a window of ids per part (no copy of the whole)."""
+        with reading(self.store) as cur:
+            key, _ = self._key(cur, project)
+            lo, hi = cur.execute("SELECT min(id), max(id) FROM units WHERE project = ?", [project]).fetchone()
+            parts: list[Vectors] = []
+            pieces: list[Vectors] = []
+            for start in range(lo or 0, (hi or -1) + 1, WINDOW):
+                piece = self._current(cur, project, "u.id BETWEEN ? AND ? AND v.unit_id BETWEEN ? AND ?",
+                                      [start, start + WINDOW - 1] * 2)
+                pieces += [piece] if piece is not None else []
+                if sum(len(p.ids) for p in pieces) >= WINDOW // 2 or (pieces and start + WINDOW > (hi or 0)):
+                    parts.append(pieces[0] if len(pieces) == 1 else Vectors(
+                        np.concatenate([p.ids for p in pieces]), np.concatenate([p.matrix for p in pieces])))
+                    pieces = []
+        return key, parts
+
+    def changes_since(self, project: str, key: tuple[int, int]
+                      ) -> tuple[tuple[int, int], np.ndarray, Vectors | None] | None:
+        """Units whose rows or vectors changed after `key`, with the current vectors of those that
+        have one; None when the logs do not reach back that far."""
+        with reading(self.store) as cur:
+            now, logged = self._key(cur, project)
+            if not all(lg <= k <= n for lg, k, n in zip(logged, key, now)):
+                return None
+            ids = set(changed_ids(cur, project, key[0]))
+            ids.update(r[0] for r in cur.execute(
+                "SELECT unit_id FROM vector_changes WHERE project = ? AND model = ? AND generation > ?",
+                [project, self.model, key[1]]).fetchall())
+            changed = sorted(ids)
+            where, params = id_filter("u.id", changed) if changed else ("false", [])
+            return now, np.asarray(changed, dtype=np.int64), self._current(cur, project, where, params)
 
     def drop_orphans(self) -> None:
         with self.store.transaction() as cur:
             cur.execute("DELETE FROM vectors WHERE unit_id NOT IN (SELECT id FROM units)")
 
 
-class EmbeddingCache:
-    """Vectors by (model, text hash) in a DuckDB file of their own, so repeated evaluation runs
-    over fresh stores do not pay for the model again. One process at a time."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = duckdb.connect(str(path))
-        self.conn.execute("CREATE TABLE IF NOT EXISTS cache (model VARCHAR, hash VARCHAR, vec BLOB, "
-                          "PRIMARY KEY (model, hash))")
-        self._lock = threading.Lock()
-
-    def get(self, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
-        with self._lock:
-            rows = self.conn.execute("SELECT hash, vec FROM cache WHERE model = ? AND hash IN (SELECT unnest(?))",
-                                     [model, hashes]).fetchall()
-        return {h: np.frombuffer(v, dtype=np.float16).astype(np.float32) for h, v in rows}
-
-    def put(self, model: str, hashes: list[str], vectors: np.ndarray) -> None:
-        with self._lock:
-            self.conn.execute("INSERT OR IGNORE INTO cache SELECT ?, unnest(?::VARCHAR[]), unnest(?::BLOB[])",
-                              [model, hashes, [v.astype(np.float16).tobytes() for v in vectors]])
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def embed_pending(vectors: VectorStore, embedder: Embedder, project: str | None = None,
-                  cache: EmbeddingCache | None = None, limit: int | None = None,
-                  progress: Callable[[int], None] | None = None) -> int:
-    """Embed units that lack a current vector, in batches; returns how many were embedded."""
-    done = 0
-    while limit is None or done < limit:
-        units = vectors.pending(EMBED_BATCH, project)
-        if not units:
-            break
-        texts = [u.index_text() for u in units]
-        vecs = _embed_with_cache(embedder, texts, cache)
-        vectors.put(units, vecs, [u.content_hash for u in units])
-        done += len(units)
-        if progress:
-            progress(len(units))
-    return done
-
-
-def _embed_with_cache(embedder: Embedder, texts: list[str], cache: EmbeddingCache | None) -> np.ndarray:
-    if cache is None:
-        return embedder.embed(texts)
-    hashes = [text_hash(t) for t in texts]
-    known = cache.get(embedder.identity, hashes)
-    missing = [i for i, h in enumerate(hashes) if h not in known]
-    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    if missing:
-        fresh = embedder.embed([texts[i] for i in missing])
-        cache.put(embedder.identity, [hashes[i] for i in missing], fresh)
-        out[missing] = fresh
-    for i, h in enumerate(hashes):
-        if h in known:
-            out[i] = known[h]
-    return out
-
-
 class DenseIndex:
-    """Hands out the current dense snapshot of a project."""
+    """Hands out the current dense snapshot of a project, catching up with writes and new vectors."""
 
     def __init__(self, store: Store, embedder: Embedder) -> None:
         self.store = store
@@ -200,12 +255,23 @@ class DenseIndex:
     def snapshot(self, project: str) -> DenseSnapshot:
         key = (self.store.generation(project), self.vectors.generation(project))
         snap = self._cache.get(project)
-        if snap is None or snap.key != key:
-            with self._lock:
-                ids, matrix = self.vectors.load(project)
-                snap = DenseSnapshot(project, key, ids, matrix)
+        if snap is not None and snap.key == key:
+            return snap
+        with self._lock:
+            snap = self._cache.get(project)
+            if snap is None or snap.key != key:
+                snap = self._advance(project, snap)
                 self._cache[project] = snap
-        return snap
+            return snap
+
+    def _advance(self, project: str, snap: DenseSnapshot | None) -> DenseSnapshot:
+        found = self.vectors.changes_since(project, snap.key) if snap is not None else None
+        if snap is None or found is None or len(found[1]) > max(WINDOW, snap.segments.live // 2):
+            key, parts = self.vectors.load(project)
+            return DenseSnapshot(project, key, Segments(tuple(parts), (None,) * len(parts)), self.embedder.dim)
+        key, changed, fresh = found
+        return snap.advanced(key, changed, fresh or Vectors(np.zeros(0, np.int64),
+                                                              np.zeros((0, self.embedder.dim), np.float32)))
 
 
 class DenseChannel:
@@ -230,47 +296,3 @@ class DenseChannel:
     def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
         """Cosine similarity of given units (absent for a unit not embedded yet)."""
         return self.index.snapshot(project).lookup(self.query_vector(query), ids)
-
-
-class EmbeddingWorker:
-    """Embeds new units in the background so `remember` never waits for the model."""
-
-    def __init__(self, vectors: VectorStore, embedder: Embedder) -> None:
-        self.vectors = vectors
-        self.embedder = embedder
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._idle = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="agentmemrec-embedder", daemon=True)
-
-    def start(self) -> "EmbeddingWorker":
-        self._thread.start()
-        self.notify()
-        return self
-
-    def notify(self) -> None:
-        self._idle.clear()
-        self._wake.set()
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        return self._idle.wait(timeout)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(timeout=30)
-            self._wake.clear()
-            try:
-                n = embed_pending(self.vectors, self.embedder, limit=10 * EMBED_BATCH)
-                if n:
-                    log.debug("embedded %d units", n)
-                    self._wake.set()  # more may be waiting
-                    continue
-            except Exception:  # keep serving lexically; the next wake-up retries
-                log.exception("background embedding failed")
-            if not self._wake.is_set():
-                self._idle.set()

@@ -24,7 +24,8 @@ from ..indexing.embedder import Embedder
 from ..indexing.errors import InputError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
 from ..indexing.store import Store
-from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingCache, embed_pending
+from ..indexing.backfill import EmbeddingCache, embed_pending
+from ..indexing.vectors import DenseChannel, DenseIndex
 from .benchmarks import Case, Question, read_cases
 from ..indexing.models import INSTALL_HINT
 from .cross_encoder import Reranker, load_reranker

@@ -28,6 +28,7 @@ from .ranker import RankingContext, ScoredCandidate, cross_encode, in_order
 log = logging.getLogger(__name__)
 FORMAT = 1
 DEFAULT_MODEL = "default-ranker.json"
+PREDICT_THREADS = 1  # a pool is ~128 rows: worker threads cost more than they save, most on a busy machine
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class LearnedRanker:
         """Sort by model score (ties: pool order); keep each candidate's features and the
         per-feature contributions to its score (LightGBM's SHAP values)."""
         model = model or self.model
-        scores = (model.booster.predict(x) if model is not None
+        scores = (model.booster.predict(x, num_threads=PREDICT_THREADS) if model is not None
                   else -np.array([c.pool_rank for c in candidates], dtype=float))
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].pool_rank))
         rows = x.tolist()
@@ -112,7 +113,8 @@ class LearnedRanker:
         contributions, SHAP values), largest first."""
         if self.model is None or not rows:
             return [[] for _ in rows]
-        contrib = self.model.booster.predict(np.asarray(rows, dtype=np.float64), pred_contrib=True)[:, :-1]
+        contrib = self.model.booster.predict(np.asarray(rows, dtype=np.float64), pred_contrib=True,
+                                             num_threads=PREDICT_THREADS)[:, :-1]
         out = []
         for row in contrib:
             best = np.argsort(-row)[:n]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..indexing.backfill import EmbeddingWorker
 from ..indexing.embedder import Embedder, OnnxEmbedder
 from ..indexing.errors import InputError, StoreError
 from ..indexing.lexical import Bm25Channel, LexicalIndex
@@ -18,9 +20,10 @@ from ..indexing.models import INSTALL_HINT, active, models_dir
 from ..indexing.redact import redact_item
 from ..indexing.sessions import SessionIndex, SessionSnapshot
 from ..indexing.sink import Ingested
+from ..indexing.slates import SlateLog
 from ..indexing.store import Store, WriteResult
 from ..indexing.units import Unit, check_names, check_project, check_utf8, parse_time, validate_batch
-from ..indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker
+from ..indexing.vectors import DenseChannel, DenseIndex
 from .candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from .cross_encoder import Reranker, load_reranker
 from .learned import LearnedRanker, RankerModel
@@ -66,7 +69,10 @@ class Memory:
         self.worker = worker
         self.problems = list(problems)  # what is degraded, said in every explanation
         self.sessions = SessionIndex(store)
+        self.slates = SlateLog(store)  # explanations, saved off the request path
         self.redact = redact  # secrets are replaced by markers before anything is stored
+        self._lifecycle = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
@@ -86,9 +92,30 @@ class Memory:
             log.warning("%s", problem)
         return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems, redact)
 
+    def start_embedding(self, warm: str | None = None) -> None:
+        """Embed in the background what lacks a vector. With `warm`, that project's indexes are
+        loaded first, so a backfill does not slow the load the first recall waits for."""
+        if self.dense is None or self.worker is not None:
+            return
+        worker = self.worker = EmbeddingWorker(self.dense.vectors, self.dense.embedder)
+
+        def run() -> None:
+            try:
+                if warm is not None:
+                    self.warm(warm)
+            except Exception:  # the first recall loads them instead
+                log.exception("loading the indexes of %s at start failed", warm)
+            with self._lifecycle:
+                if not self._closed:
+                    worker.start()
+        threading.Thread(target=run, name="agentmemrec-warm", daemon=True).start()
+
     def close(self) -> None:
+        with self._lifecycle:
+            self._closed = True
         if self.worker is not None:
             self.worker.stop()
+        self.slates.close()
         self.store.close()
 
     def notes(self, project: str) -> list[str]:
@@ -135,7 +162,7 @@ class Memory:
         query, budget = _check_query(query), _check_budget(budget)
         selection = self.select(project, query, parse_time(as_of, "as_of"))
         slate = self.build(selection, budget)
-        self.store.save_slate(slate.slate_id, project, self._explanation(slate, selection))
+        self.slates.save(slate.slate_id, project, self._explanation(slate, selection))
         return slate
 
     def select(self, project: str, query: str, as_of: datetime | None) -> "Selection":
@@ -144,7 +171,7 @@ class Memory:
         size = self.config.pool_size or max(self.store.count_units(project), 1)  # 0: the whole history
         pool = generate_pool(self.channels, project, query, size, excluded,
                              self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
-        sessions = self.sessions.snapshot(project)
+        sessions = self.sessions.around(project, (c.unit.session for c in pool.candidates))
         context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
         ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
         return Selection(project, query, as_of, pool, ranked, excluded,
@@ -161,26 +188,28 @@ class Memory:
 
     def _slate_inputs(self, project: str, ranked: Sequence[ScoredCandidate], excluded: set[int],
                       sessions: SessionSnapshot) -> SlateInputs:
-        successors: dict[int, list[Unit]] = {}
-        for sc in ranked:
-            chain = self._successor_chain(project, sc.unit, excluded)
-            if chain:
-                successors[sc.unit.id] = chain
-        return SlateInputs(successors, sessions.starts)
+        return SlateInputs(self._successor_chains(project, [sc.unit for sc in ranked], excluded),
+                           sessions.starts)
 
-    def _successor_chain(self, project: str, unit: Unit, excluded: set[int]) -> list[Unit]:
-        """The eligible decisions that replaced this one, nearest first."""
-        chain: list[Unit] = []
-        seen = {unit.id}
-        nxt = unit.superseded_by
-        while nxt is not None and nxt not in seen and nxt not in excluded:
-            successor = self.store.units(project, [nxt]).get(nxt)
-            if successor is None:
-                break
-            chain.append(successor)
-            seen.add(nxt)
-            nxt = successor.superseded_by
-        return chain
+    def _successor_chains(self, project: str, units: Sequence[Unit], excluded: set[int]) -> dict[int, list[Unit]]:
+        """For each superseded decision, the eligible decisions that replaced it, nearest first;
+        read one link of every chain per query."""
+        chains: dict[int, list[Unit]] = {u.id: [] for u in units if u.superseded_by is not None}
+        tips = {u.id: u for u in units if u.superseded_by is not None}
+        seen = {uid: {uid} for uid in tips}
+        while tips:
+            wanted = {u.superseded_by for u in tips.values()} - excluded
+            found = self.store.units(project, wanted)
+            nxt = {}
+            for uid, tip in tips.items():
+                successor = found.get(tip.superseded_by)
+                if successor is not None and successor.id not in seen[uid]:
+                    chains[uid].append(successor)
+                    seen[uid].add(successor.id)
+                    if successor.superseded_by is not None:
+                        nxt[uid] = successor
+            tips = nxt
+        return {uid: chain for uid, chain in chains.items() if chain}
 
     def _explanation(self, slate: Slate, selection: "Selection") -> dict[str, Any]:
         query, as_of, pool, ranked = selection.query, selection.as_of, selection.pool, selection.ranked
@@ -218,7 +247,7 @@ class Memory:
                 refs: Sequence[str] = ()) -> dict[str, Any]:
         refs = check_names(refs, "refs") if refs else []
         valid = isinstance(slate_id, str) and SLATE_ID.fullmatch(slate_id)
-        saved = self.store.load_slate(slate_id) if valid else None
+        saved = self.slates.load(slate_id) if valid else None
         if saved is None or saved[0] not in allowed:
             raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")

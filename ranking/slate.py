@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import datetime
 from typing import Literal, Mapping, Sequence
 
@@ -163,6 +164,13 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed)
 
 
+@lru_cache(maxsize=8192)
+def piece_tokens(text: str) -> int:
+    """Tokens of one rendered line or header: the same items recur within a recall and across
+    recalls, and counting is most of what building a slate costs."""
+    return count_tokens(text)
+
+
 def _group_cost(group: Sequence[Unit], inputs: SlateInputs, open_sections: set[tuple]
                 ) -> tuple[int, set[tuple]]:
     cost, new = 0, set()
@@ -170,8 +178,8 @@ def _group_cost(group: Sequence[Unit], inputs: SlateInputs, open_sections: set[t
         key, header = section(unit, inputs)
         if key not in open_sections and key not in new:
             new.add(key)
-            cost += count_tokens(header + "\n")
-        cost += count_tokens(render_item(unit, inputs) + "\n")
+            cost += piece_tokens(header + "\n")
+        cost += piece_tokens(render_item(unit, inputs) + "\n")
     return cost, new
 
 
@@ -189,6 +197,6 @@ def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, i
         dropped = set(groups.pop())
         chosen = [(u, r) for u, r in chosen if u.id not in dropped]
         outcomes.update({i: "skipped_over_budget" for i in dropped})
-    items = tuple(SlateItem(u, r, count_tokens(render_item(u, inputs) + "\n"),
+    items = tuple(SlateItem(u, r, piece_tokens(render_item(u, inputs) + "\n"),
                             display_status(u, inputs)) for u, r in chosen)
     return Slate(slate_id, project, budget, context, used, items, outcomes, fixed)

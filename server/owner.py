@@ -182,8 +182,12 @@ class _StoreCalls:
 def shared_memory(settings: Settings) -> SharedMemory:
     """The store as these settings use it: models on their device, their ranker, their redaction."""
     config = RecallConfig(pool_size=settings.pool_size)
-    opener = partial(Memory.open, settings.home, config, settings.device,
-                     ranker_model=settings.ranker_model, redact=settings.redact)
+
+    def opener() -> Memory:
+        memory = Memory.open(settings.home, config, settings.device, background=False,
+                             ranker_model=settings.ranker_model, redact=settings.redact)
+        memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
+        return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact)
 
 

