@@ -49,6 +49,7 @@ from agentmemrec.indexing.lexical import LexicalIndex  # noqa: E402
 from agentmemrec.indexing.models import active, install, models_dir, resolve_source  # noqa: E402
 from agentmemrec.indexing.backfill import embed_pending  # noqa: E402
 from agentmemrec.indexing.vectors import DenseIndex, VectorStore  # noqa: E402
+from agentmemrec.ranking.candidates import DEFAULT_POOL  # noqa: E402
 from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
 
 PEER_UNITS = 10_000
@@ -158,16 +159,21 @@ def rebuild_times(memory: Memory, identity: str) -> dict[str, float]:
             "dense_s": round(timed(lambda: dense.snapshot("main")), 2)}
 
 
-def variants(memory: Memory) -> dict[str, Memory]:
-    """bm25 and rrf share the full memory's channels (and so its snapshots)."""
-    return {"bm25": Memory(memory.store, memory.channels[:1]),
-            "rrf": Memory(memory.store, memory.channels),
-            "full": memory}
+def variants(memory: Memory, other_pool: int | None) -> dict[str, Memory]:
+    """bm25 and rrf share the full memory's channels (and so its snapshots); `full_pool<N>` is
+    full with another pool size."""
+    out = {"bm25": Memory(memory.store, memory.channels[:1], config=memory.config),
+           "rrf": Memory(memory.store, memory.channels, config=memory.config),
+           "full": memory}
+    if other_pool and other_pool != memory.config.pool_size:
+        out[f"full_pool{other_pool}"] = Memory(memory.store, memory.channels, memory.ranker,
+                                               RecallConfig(pool_size=other_pool), memory.dense)
+    return out
 
 
-def core_latency(memory: Memory, qs: list[str], budget_s: float) -> dict[str, Any]:
+def core_latency(memory: Memory, qs: list[str], budget_s: float, other_pool: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, mem in variants(memory).items():
+    for name, mem in variants(memory, other_pool).items():
         for q in qs[-2:]:
             mem.recall("main", q)  # warm: snapshots built, query path compiled
         cpu: list[float] = []
@@ -200,12 +206,13 @@ def baseline(memory: Memory, qs: list[str], budget_s: float) -> dict[str, Any]:
     return percentiles(time_each(lambda q: baseline_scan(memory.store, "main", q), qs, budget_s, at_least=1))
 
 
-async def mcp_latency(home: Path, ranker: Path, qs: list[str], budget_s: float) -> dict[str, Any]:
+async def mcp_latency(home: Path, ranker: Path, qs: list[str], budget_s: float, pool: int) -> dict[str, Any]:
     from mcp import Client
 
     from agentmemrec.server.app import create_server
     from agentmemrec.server.settings import Settings
-    settings = Settings(home=home, project="main", allowed=frozenset({"main", "peer"}), ranker_model=ranker)
+    settings = Settings(home=home, project="main", allowed=frozenset({"main", "peer"}), ranker_model=ranker,
+                        pool_size=pool)
     async with Client(create_server(settings)) as client:
         async def call(q: str) -> None:
             result = await client.call_tool("recall_slate", {"query": q})
@@ -240,13 +247,13 @@ async def _wait_for_backfill(client: Any, slate_id: str, wait_s: float) -> float
     return None
 
 
-async def cold_start(home: Path, ranker: Path, qs: list[str], wait_s: float = 300) -> dict[str, Any]:
+async def cold_start(home: Path, ranker: Path, qs: list[str], pool: int, wait_s: float = 300) -> dict[str, Any]:
     """A real server process over stdio: start to first answered recall_slate (with units still
     to embed); then, once the server has embedded them, stdio latency and peak RSS."""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
     args = ["-m", "agentmemrec.server.cli", "serve", "--project", "main", "--allow", "peer",
-            "--ranker-model", str(ranker)]
+            "--ranker-model", str(ranker), "--pool-size", str(pool)]
     params = StdioServerParameters(command=sys.executable, args=args,
                                    env={**os.environ, "AGENTMEMREC_HOME": str(home)})
     t0 = time.perf_counter()
@@ -299,21 +306,21 @@ def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path)
     result: dict[str, Any] = {"size": size, **json.loads(built.read_text())}
     link_models(home, args.models_home)
     qs = queries(args.queries, size)
-    memory = Memory.open(home, RecallConfig(), background=False, ranker_model=ranker)
+    memory = Memory.open(home, RecallConfig(pool_size=args.pool), background=False, ranker_model=ranker)
     result["rebuild"] = rebuild_times(memory, identity)
     log(f"  rebuild: {result['rebuild']}")
-    result["core"] = core_latency(memory, qs, args.budget_s)
+    result["core"] = core_latency(memory, qs, args.budget_s, args.other_pool)
     memory.close()
-    result["mcp"] = anyio.run(mcp_latency, home, ranker, qs, args.budget_s)
+    result["mcp"] = anyio.run(mcp_latency, home, ranker, qs, args.budget_s, args.pool)
     log(f"  mcp: {result['mcp']}")
-    memory = Memory.open(home, RecallConfig(), background=False, ranker_model=ranker)
+    memory = Memory.open(home, RecallConfig(pool_size=args.pool), background=False, ranker_model=ranker)
     result["after_write"] = after_write(memory, qs, args.budget_s)
     log(f"  after write: {result['after_write']}")
     result["baseline"] = baseline(memory, qs, args.budget_s)
     log(f"  baseline: {result['baseline']}")
     memory.close()
     write_pending(home, args.pending, ranker)
-    result["server"] = anyio.run(cold_start, home, ranker, qs)
+    result["server"] = anyio.run(cold_start, home, ranker, qs, args.pool)
     log(f"  server: {result['server']}")
     result["disk_mib"] = round(disk_bytes(home) / 2**20, 1)
     return result
@@ -331,7 +338,7 @@ def table(results: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|"]
     for size, r in results["sizes"].items():
         base = r["baseline"].get("p50_ms")
-        figures = [(f"core {name}", r["core"][name]) for name in ("bm25", "rrf", "full")]
+        figures = [(f"core {name}", r["core"][name]) for name in r["core"] if name != "full_peer"]
         figures += [("MCP recall_slate (full)", r["mcp"]), ("core full, 10k-unit peer project", r["core"]["full_peer"]),
                     ("core full, right after a remember", r["after_write"]), ("stdio, real server (full)", r["server"]["stdio"]),
                     ("baseline: scan + bm25s per query", r["baseline"])]
@@ -363,13 +370,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dense-units", type=int, default=2000, help="units embedded by the real model (0: skip)")
     p.add_argument("--pending", type=int, default=500, help="unembedded units at the cold start (<= 1000)")
     p.add_argument("--reuse", action="store_true", help="keep stores built by an earlier run")
+    p.add_argument("--pool", type=int, default=DEFAULT_POOL, help="candidate pool (the product's default)")
+    p.add_argument("--other-pool", type=int, default=128, help="also measure core full at this pool (0: no)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     args.models_home = args.home / "models-home"
     identity, ranker = ensure_minilm(args.models_home), ranker_path(args.ranker_model)
-    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "sizes": {}}
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "pool": args.pool,
+                               "sizes": {}}
     if args.dense_units:
         results["dense_ingest"] = dense_ingest(args.home / "dense", args.models_home, args.dense_units, ranker)
         log(f"dense ingest: {results['dense_ingest']}")

@@ -62,7 +62,7 @@ class RankerModel:
         out = []
         for role, active in (("embedder", embedder), ("reranker", reranker)):
             trained = self.meta.get(role)
-            if trained != active:
+            if _weights(trained) != _weights(active):  # the same weights installed under another name match
                 out.append(f"ranker trained with {role} {trained or 'none'}, running with {active or 'none'}: "
                            "its scores may be off; retrain with 'agentmemrec train'")
         return out
@@ -120,3 +120,8 @@ class LearnedRanker:
             best = np.argsort(-row)[:n]
             out.append([(FEATURE_NAMES[j], round(float(row[j]), 4)) for j in best if row[j] > 0])
         return out
+
+
+def _weights(identity: str | None) -> str | None:
+    """The part of a model identity ('name@hash') that names its weights."""
+    return identity.rpartition("@")[2] if identity else None
