@@ -1,45 +1,81 @@
 """Session order for the sessions a query's pool touches: each member's neighbours and relative
-position in its session, and each session's start. Read from the rows when asked, so a write
-never invalidates anything and nothing is held for sessions no query reaches."""
+position in its session, and each session's start. Read from the rows when first asked and kept
+for the project's current generation (a write starts afresh), so nothing is held for sessions no
+query reaches."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
 from .store import Store
 
+Neighbours = dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
+SESSIONS_CACHED = 20_000  # sessions kept per project; the cache is dropped when full
+
 
 @dataclass(frozen=True)
 class SessionSnapshot:
-    neighbours: dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
+    neighbours: Neighbours
     starts: dict[str, datetime]
+
+
+@dataclass(frozen=True)
+class _Order:
+    neighbours: Neighbours
+    start: datetime
 
 
 class SessionIndex:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._cache: dict[str, tuple[int, dict[str, _Order]]] = {}
+        self._lock = threading.Lock()
 
     def around(self, project: str, sessions: Iterable[str | None]) -> SessionSnapshot:
         """The order of every unit in the named sessions (units without a session have none)."""
         names = sorted({s for s in sessions if s})
-        if not names:
-            return SessionSnapshot({}, {})
+        orders = self._orders(project)
+        missing = [n for n in names if n not in orders]
+        if missing:
+            fetched = self._read(project, missing)
+            if len(orders) + len(fetched) > SESSIONS_CACHED:
+                orders.clear()
+            orders.update(fetched)
+        neighbours: Neighbours = {}
+        starts: dict[str, datetime] = {}
+        for name in names:
+            order = orders.get(name)
+            if order is not None:
+                neighbours.update(order.neighbours)
+                starts[name] = order.start
+        return SessionSnapshot(neighbours, starts)
+
+    def _orders(self, project: str) -> dict[str, _Order]:
+        generation = self.store.generation(project)
+        with self._lock:
+            entry = self._cache.get(project)
+            if entry is None or entry[0] != generation:
+                entry = self._cache[project] = (generation, {})
+            return entry[1]
+
+    def _read(self, project: str, names: list[str]) -> dict[str, _Order]:
         rows = self.store.cursor().execute(
             "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IN (SELECT unnest(?)) "
             "ORDER BY session, recorded_at, seq", [project, names]).fetchall()
-        neighbours: dict[int, tuple[int | None, int | None, float]] = {}
-        starts: dict[str, datetime] = {}
+        out: dict[str, _Order] = {}
         start = 0
-        for i in range(len(rows) + 1):
+        for i in range(1, len(rows) + 1):
             if i == len(rows) or rows[i][1] != rows[start][1]:
-                members = rows[start:i]
-                for j, (uid, session, at) in enumerate(members):
-                    prev = members[j - 1][0] if j else None
-                    nxt = members[j + 1][0] if j + 1 < len(members) else None
-                    neighbours[uid] = (prev, nxt, j / max(len(members) - 1, 1))
-                if members:
-                    starts[members[0][1]] = members[0][2]
+                out[rows[start][1]] = _order([r[0] for r in rows[start:i]], rows[start][2])
                 start = i
-        return SessionSnapshot(neighbours, starts)
+        return out
+
+
+def _order(members: list[int], start: datetime) -> _Order:
+    last = max(len(members) - 1, 1)
+    neighbours = {uid: (members[j - 1] if j else None, members[j + 1] if j + 1 < len(members) else None, j / last)
+                  for j, uid in enumerate(members)}
+    return _Order(neighbours, start)

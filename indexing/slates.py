@@ -12,7 +12,7 @@ import logging
 import threading
 import weakref
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from .store import Store
 
@@ -36,7 +36,9 @@ class SlateLog:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def save(self, slate_id: str, project: str, payload: dict[str, Any]) -> None:
+    def save(self, slate_id: str, project: str, payload: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+        """Queue an explanation; a callable is called on the writer thread (or when read first),
+        so building the JSON costs the request nothing."""
         with self._lock:
             self._pending[slate_id] = (project, datetime.now(timezone.utc).replace(tzinfo=None), payload)
             if self._thread is None:
@@ -46,17 +48,28 @@ class SlateLog:
         self._wake.set()
 
     def load(self, slate_id: str) -> tuple[str, dict[str, Any]] | None:
-        with self._lock:
-            queued = self._pending.get(slate_id)
+        queued = self._resolved(slate_id)
         if queued is not None:  # as it will read once stored: through JSON
             return queued[0], json.loads(json.dumps(queued[2]))
         row = self.store.cursor().execute("SELECT project, payload FROM slates WHERE slate_id = ?",
                                           [slate_id]).fetchone()
         return (row[0], json.loads(row[1])) if row else None
 
+    def _resolved(self, slate_id: str) -> tuple[str, datetime, dict[str, Any]] | None:
+        with self._lock:
+            queued = self._pending.get(slate_id)
+        if queued is None or not callable(queued[2]):
+            return queued
+        resolved = (queued[0], queued[1], queued[2]())
+        with self._lock:
+            if slate_id in self._pending:
+                self._pending[slate_id] = resolved
+        return resolved
+
     def flush(self) -> None:
         with self._lock:
-            batch = dict(self._pending)
+            ids = list(self._pending)
+        batch = {i: entry for i in ids if (entry := self._resolved(i)) is not None}
         if not batch:
             return
         ids = list(batch)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
 import duckdb
@@ -124,6 +124,7 @@ UPSERT = """ON CONFLICT (project, key) DO UPDATE SET
 # the server searches live in their own snapshots, so caching table blocks beside them only
 # doubles what a million stored vectors cost: 80% of RAM by default, here a fixed cap.
 MEMORY_LIMIT = "512MB"
+UNIT_CACHE = 50_000  # units kept per project (a few tens of MB); the cache is dropped when full
 INDEX_SCAN_MAX = 2048  # DuckDB probes the primary key's index for a literal IN list up to this size
 
 
@@ -146,6 +147,8 @@ class Store:
         except duckdb.Error as exc:
             raise _open_error(self.path, exc) from exc
         self._write_lock = threading.Lock()
+        self._unit_cache: dict[str, tuple[int, dict[int, Unit]]] = {}
+        self._cache_lock = threading.Lock()
         try:
             self._conn.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
             self.generations = Generations.of(self.path)
@@ -450,13 +453,34 @@ class Store:
 
     def units(self, project: str, ids: Iterable[int],
               cur: duckdb.DuckDBPyConnection | None = None) -> dict[int, Unit]:
+        """A project's units by id (others' ids are left out). Outside a transaction (`cur`), read
+        through a cache of the project's current generation: a pool's units are mostly the ones
+        recent recalls fetched, and DuckDB takes ~40 ms to look up 512 ids."""
         ids = list(ids)
         if not ids:
             return {}
-        where, params = id_filter("id", ids)
-        rows = (cur or self.cursor()).execute(  # by id alone: a project filter turns the lookup into a scan
-            f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params).fetchall()
-        return {r[0]: _row_to_unit(r) for r in rows if r[1] == project}
+        cache = self._cached_units(project) if cur is None else {}
+        found = {i: u for i in ids if (u := cache.get(i)) is not None}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            where, params = id_filter("id", missing)
+            rows = (cur or self.cursor()).execute(  # by id alone: a project filter turns the lookup into a scan
+                f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params).fetchall()
+            fetched = {r[0]: _row_to_unit(r) for r in rows if r[1] == project}
+            if len(cache) + len(fetched) > UNIT_CACHE:
+                cache.clear()
+            cache.update(fetched)
+            found.update(fetched)
+        return found
+
+    def _cached_units(self, project: str) -> dict[int, Unit]:
+        """The unit cache of the project's current generation: a write starts a new, empty one."""
+        generation = self.generation(project)
+        with self._cache_lock:
+            entry = self._unit_cache.get(project)
+            if entry is None or entry[0] != generation:
+                entry = self._unit_cache[project] = (generation, {})
+            return entry[1]
 
     def units_by_id(self, ids: Iterable[int]) -> dict[int, Unit]:
         """Units by id in any project: for maintenance work (embedding), never for a request."""

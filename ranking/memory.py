@@ -9,6 +9,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,7 +23,14 @@ from ..indexing.sessions import SessionIndex, SessionSnapshot
 from ..indexing.sink import Ingested
 from ..indexing.slates import SlateLog
 from ..indexing.store import Store, WriteResult
-from ..indexing.units import Unit, check_names, check_project, check_utf8, parse_time, validate_batch
+from ..indexing.units import (
+    Unit,
+    check_names,
+    check_project,
+    check_utf8,
+    parse_time,
+    validate_batch,
+)
 from ..indexing.vectors import DenseChannel, DenseIndex
 from .candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from .cross_encoder import Reranker, load_reranker
@@ -162,7 +170,7 @@ class Memory:
         query, budget = _check_query(query), _check_budget(budget)
         selection = self.select(project, query, parse_time(as_of, "as_of"))
         slate = self.build(selection, budget)
-        self.slates.save(slate.slate_id, project, self._explanation(slate, selection))
+        self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection))
         return slate
 
     def select(self, project: str, query: str, as_of: datetime | None) -> "Selection":

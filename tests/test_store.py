@@ -158,3 +158,32 @@ def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
     assert [r.outcome for r in out] == ["stored", "unchanged", "stored"] and out[1].ids == old.ids
     assert store.count_units("p") == 3 and store.generation("p") == 2
     store.close()
+
+
+def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [old, kept] = write(store, "p", {"kind": "decision", "ref": "d1", "text": "Use Postgres."},
+                        {"kind": "turn", "ref": "t", "text": "first words"})
+    assert store.units("p", [old.ids[0], kept.ids[0]])[kept.ids[0]].text == "first words"  # now cached
+    write(store, "p", {"kind": "turn", "ref": "t", "text": "second words"},
+          {"kind": "decision", "ref": "d2", "text": "Use Postgres 16.", "supersedes": "d1"})
+    seen = store.units("p", [old.ids[0], kept.ids[0]])
+    assert seen[kept.ids[0]].text == "second words" and seen[old.ids[0]].superseded_by is not None
+    store.forget("p", ["t"])
+    assert kept.ids[0] not in store.units("p", [old.ids[0], kept.ids[0]])
+    assert store.units("q", [old.ids[0]]) == {}  # another project's ids name nothing
+    store.close()
+
+
+def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
+    from agentmemrec.indexing.sessions import SessionIndex
+    store = Store(tmp_path / "m.duckdb")
+    turns = write(store, "p", *({"kind": "turn", "session": "s1", "text": f"turn {i}",
+                                 "at": f"2024-01-01T10:0{i}:00"} for i in range(3)))
+    index = SessionIndex(store)
+    first = index.around("p", ["s1"]).neighbours
+    assert first[turns[2].ids[0]] == (turns[1].ids[0], None, 1.0)
+    [added] = write(store, "p", {"kind": "turn", "session": "s1", "text": "turn 3", "at": "2024-01-01T10:03:00"})
+    after = index.around("p", ["s1"]).neighbours
+    assert after[turns[2].ids[0]] == (turns[1].ids[0], added.ids[0], 2 / 3)
+    store.close()
