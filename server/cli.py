@@ -408,23 +408,24 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from ..indexing import models  # noqa: PLC0415
-    from ..indexing.onnx_runtime import resolve_device  # noqa: PLC0415
+    from ..indexing.onnx_runtime import plan_session  # noqa: PLC0415
     home = Settings.load().home
     if args.models_command == "install":
         manifest = models.install(home, models.resolve_source(args.source), args.role, args.quantize,
                                   args.pooling, args.max_length, args.name)
         emit(f"installed {manifest.identity} as the active {manifest.role} "
-             f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length})")
+             f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length}, "
+             f"{'FP16 copy for CUDA' if manifest.fp16_file else 'int8, CPU only'})")
         return 0
     active = models.active(home)
     found = models.installed(home)
     if not found:
         emit(f"no models installed under {models.models_dir(home)}; install one with:\n  {models.INSTALL_HINT}")
-    device = resolve_device("auto")
     for m in found:
         mark = "*" if (active.get(m.role) and active[m.role].name == m.name) else " "
+        plan = plan_session("auto", m)
         emit(f"{mark} {m.role:<9} {m.identity:<40} {m.pooling or '-':<5} dim {m.dim:<5} "
-             f"max {m.max_length:<5} {m.quantized or 'fp32'}  runs on {device}  ({m.source})")
+             f"max {m.max_length:<5} runs on {plan.device} at {plan.precision}  ({m.source})")
     for role in models.ROLES:
         if active.get(role) is None:
             emit(f"  no active {role}: agentmemrec models install ... --as {role}")
