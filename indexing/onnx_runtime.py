@@ -109,7 +109,14 @@ def open_model(model_dir: Path, manifest: Manifest, spec: str = "auto") -> tuple
     plan = plan_session(spec, manifest)
     if plan.note:
         log.info("%s", plan.note)
-    return open_session(model_dir / plan.model_file, plan.device), plan
+    session = open_session(model_dir / plan.model_file, plan.device)
+    if plan.device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
+        # ONNX Runtime falls back to CPU silently when CUDA or cuDNN libraries fail to load.
+        log.warning("the CUDA provider did not load (are the CUDA and cuDNN libraries onnxruntime-gpu "
+                    "was built for on the library path?); model %s runs on CPU", manifest.name)
+        plan = plan_session("cpu", manifest)
+        session = open_session(model_dir / plan.model_file, "cpu")
+    return session, plan
 
 
 def session_options(device: str) -> ort.SessionOptions:

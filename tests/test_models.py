@@ -101,6 +101,18 @@ def test_fp16_is_chosen_only_on_a_gpu(minilm_home):
         plan_session("gpu:half", manifest, cuda=True)
 
 
+def test_a_cuda_provider_that_does_not_load_leaves_the_model_on_cpu(minilm_home, monkeypatch, caplog):
+    """onnxruntime-gpu without a driver: CUDA is planned, the provider fails, CPU at FP32 is used."""
+    from agentmemrec.indexing import onnx_runtime
+    if cuda_usable():
+        pytest.skip("a usable GPU: the CUDA provider loads here")
+    monkeypatch.setattr(onnx_runtime, "cuda_usable", lambda: True)
+    embedder = OnnxEmbedder(models_dir(minilm_home) / "minilm", device="auto")
+    assert (embedder.device, embedder.precision) == ("cpu", "fp32")
+    assert "CUDA provider did not load" in caplog.text
+    assert embedder.embed(SENTENCES).shape == (len(SENTENCES), 384)
+
+
 def test_an_int8_model_runs_on_cpu_even_with_a_gpu(minilm_home):
     int8 = dataclasses.replace(_manifest(minilm_home, "minilm"), quantized="int8", model_file="model_int8.onnx",
                                fp16_file=None, fp16_sha256=None)
