@@ -79,6 +79,19 @@ class TimedEmbedder:
         return out
 
 
+class TimedRanker:
+    """A ranker (features + model) that records how long each ranking took."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.name, self.seconds = inner, inner.name, []
+
+    def rank(self, candidates: Any, context: Any) -> Any:
+        t0 = time.perf_counter()
+        out = self.inner.rank(candidates, context)
+        self.seconds.append(time.perf_counter() - t0)
+        return out
+
+
 def baseline_scan(store: Any, project: str, query: str, k: int = 256) -> list[int]:
     """The baseline without the product's caching: read the project's rows from DuckDB, tokenize,
     index with bm25s and score, all for this one query; returns the top-k unit ids."""

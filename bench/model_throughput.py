@@ -5,17 +5,21 @@ same as bge-m3 (and, with a one-logit head, as bge-reranker-v2-m3). It is export
 product's own install command and run through the product's ONNX code, on CPU or CUDA.
 
     python bench/model_throughput.py --device cpu --json bench-cpu.json
-    python bench/model_throughput.py --device cuda --pairs 128 --json bench-gpu.json
+    python bench/model_throughput.py --device cuda --precision fp16 --units 256 --pairs 128 --json bench-gpu.json
 
-Reported: embedding units/s (sequence length stated), cross-encoder pairs/s and the latency of
-scoring a pool of `--pairs` pairs, median of `--repeats` runs; all-MiniLM-L6-v2 alongside when
-its package is installed. Not a test: machines here are shared, so read ratios, not absolutes.
+Reported: embedding units/s (sequence length and batch stated), cross-encoder pairs/s and the
+latency of scoring a pool of `--pairs` pairs, median of `--repeats` runs, each with the device and
+precision the product chose for `--device`/`--precision` (the same spec as `serve --device`,
+e.g. cuda:fp16); at FP16 also how far its output is from the FP32 file's on the same device.
+all-MiniLM-L6-v2 runs alongside when its package is installed. Not a test: machines here are
+shared, so read ratios, not absolutes. bench/gpu.sh runs the GPU measurement in one go.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import statistics
 import sys
 import time
@@ -48,10 +52,20 @@ def build_random(directory: Path, head: str) -> None:
     fast.save_pretrained(directory)
 
 
+def has_fp16_copy(model_dir: Path) -> bool:
+    """False for a missing install and for one made before installs wrote an FP16 copy."""
+    from agentmemrec.indexing.models import read_manifest
+    from agentmemrec.indexing.errors import StoreError
+    try:
+        return read_manifest(model_dir).fp16_file is not None
+    except StoreError:
+        return False
+
+
 def ensure_installed(home: Path, role: str, max_length: int) -> Path:
     from agentmemrec.indexing.models import install, models_dir
     name = f"xlmr-large-random-{role}"
-    if not (models_dir(home) / name / "manifest.json").exists():
+    if not has_fp16_copy(models_dir(home) / name):
         source = home / "sources" / role
         if not (source / "config.json").exists():
             source.mkdir(parents=True, exist_ok=True)
@@ -77,38 +91,59 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_embedder(model_dir: Path, device: str, n: int, tokens: int, repeats: int) -> dict:
-    from agentmemrec.indexing.embedder import OnnxEmbedder
-    emb = OnnxEmbedder(model_dir, device)
+def bench_embedder(model_dir: Path, spec: str, n: int, tokens: int, repeats: int) -> dict:
+    import numpy as np
+    from agentmemrec.indexing.embedder import BATCH, OnnxEmbedder
+    emb = OnnxEmbedder(model_dir, spec)
     texts = [text_of(tokens - 2, i) for i in range(n)]  # + <s> and </s>
     t = median_time(lambda: emb.embed(texts), repeats)
-    return {"model": emb.identity, "device": emb.device, "units": n, "tokens_per_unit": tokens,
-            "batch": 32, "median_s": t, "units_per_s": n / t}
+    out = {"model": emb.identity, "device": emb.device, "precision": emb.precision, "units": n,
+           "tokens_per_unit": tokens, "batch": BATCH, "median_s": t, "units_per_s": n / t}
+    if emb.precision == "fp16":  # the FP32 file on the same device, same texts
+        reference = OnnxEmbedder(model_dir, f"{emb.device}:fp32").embed(texts[:BATCH])
+        out["min_cosine_vs_fp32"] = float(np.min(np.sum(reference * emb.embed(texts[:BATCH]), axis=1)))
+    return out
 
 
-def bench_reranker(model_dir: Path, device: str, pairs: int, tokens: int, repeats: int) -> dict:
-    from agentmemrec.ranking.cross_encoder import OnnxReranker
-    rr = OnnxReranker(model_dir, device, limit=pairs)
+def bench_reranker(model_dir: Path, spec: str, pairs: int, tokens: int, repeats: int) -> dict:
+    import numpy as np
+    from agentmemrec.ranking.cross_encoder import BATCH, OnnxReranker
+    rr = OnnxReranker(model_dir, spec, limit=pairs)
     query = text_of(14, 999)
     texts = [text_of(tokens - 20, i) for i in range(pairs)]  # pair = query + text + 4 specials
     t = median_time(lambda: rr.score(query, texts), repeats)
-    return {"model": rr.identity, "device": rr.device, "pairs": pairs, "tokens_per_pair": tokens,
-            "batch": 16, "median_s": t, "pairs_per_s": pairs / t, "pool_latency_ms": 1000 * t}
+    out = {"model": rr.identity, "device": rr.device, "precision": rr.precision, "pairs": pairs,
+           "tokens_per_pair": tokens, "batch": BATCH, "median_s": t, "pairs_per_s": pairs / t,
+           "pool_latency_ms": 1000 * t}
+    if rr.precision == "fp16":
+        reference = OnnxReranker(model_dir, f"{rr.device}:fp32").score(query, texts[:BATCH])
+        got = rr.score(query, texts[:BATCH])
+        out["max_abs_logit_diff_vs_fp32"] = float(np.max(np.abs(got - reference)))
+        out["logit_spread_fp32"] = float(np.ptp(reference))
+    return out
 
 
-def bench_minilm(home: Path, device: str, n: int, repeats: int) -> dict | None:
+def bench_minilm(home: Path, spec: str, n: int, repeats: int) -> dict | None:
     from agentmemrec.indexing.models import install, models_dir, resolve_source
     source = resolve_source("all-MiniLM-L6-v2")
     if source == "all-MiniLM-L6-v2":
         return None
-    if not (models_dir(home) / "minilm" / "manifest.json").exists():
+    if not has_fp16_copy(models_dir(home) / "minilm"):
         install(home, source, "embedder", name="minilm")
-    return bench_embedder(models_dir(home) / "minilm", device, n, 36, repeats)
+    return bench_embedder(models_dir(home) / "minilm", spec, n, 36, repeats)
+
+
+def environment() -> dict:
+    import onnxruntime as ort
+    return {"onnxruntime": ort.__version__, "providers": ort.get_available_providers(),
+            "python": platform.python_version(), "machine": platform.node()}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16"],
+                   help="auto: FP16 on CUDA, FP32 on CPU (as the server chooses)")
     p.add_argument("--home", type=Path, default=Path.home() / ".cache" / "agentmemrec-bench")
     p.add_argument("--units", type=int, default=32, help="texts embedded per run")
     p.add_argument("--unit-tokens", type=int, default=256)
@@ -116,13 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pair-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", type=Path)
+    p.add_argument("--no-minilm", action="store_true", help="skip all-MiniLM-L6-v2")
     args = p.parse_args(argv)
+    spec = f"{args.device}:{args.precision}"
     results = {
-        "bge_m3_size_embedder": bench_embedder(ensure_installed(args.home, "embedder", 512), args.device,
+        "environment": environment(),
+        "bge_m3_size_embedder": bench_embedder(ensure_installed(args.home, "embedder", 512), spec,
                                                args.units, args.unit_tokens, args.repeats),
-        "bge_reranker_v2_m3_size": bench_reranker(ensure_installed(args.home, "reranker", 512), args.device,
+        "bge_reranker_v2_m3_size": bench_reranker(ensure_installed(args.home, "reranker", 512), spec,
                                                   args.pairs, args.pair_tokens, args.repeats),
-        "all_minilm_l6_v2": bench_minilm(args.home, args.device, 256, args.repeats),
+        "all_minilm_l6_v2": None if args.no_minilm else bench_minilm(args.home, spec, 256, args.repeats),
     }
     text = json.dumps(results, indent=2)
     sys.stdout.write(text + "\n")

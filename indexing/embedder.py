@@ -10,7 +10,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .models import Manifest, read_manifest
-from .onnx_runtime import open_session
+from .onnx_runtime import open_model
 
 BATCH = 32
 
@@ -65,10 +65,12 @@ class OnnxEmbedder:
     """An encoder exported to ONNX, pooled and normalised as its manifest says."""
 
     def __init__(self, model_dir: Path, device: str = "auto", manifest: Manifest | None = None) -> None:
+        """`device` is a spec: auto, cpu or cuda, optionally :fp32 or :fp16 (onnx_runtime.parse_spec)."""
         self.manifest = manifest or read_manifest(model_dir)
         self.identity = self.manifest.identity
         self.dim = self.manifest.dim
-        self.session, self.device = open_session(model_dir / self.manifest.model_file, device)
+        self.session, plan = open_model(model_dir, self.manifest, device)
+        self.device, self.precision = plan.device, plan.precision
         self.tokenizer = load_tokenizer(model_dir, self.manifest.max_length)
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or self.tokenizer.token_to_id("<pad>") or 0
         self.inputs = {i.name for i in self.session.get_inputs()}

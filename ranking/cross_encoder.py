@@ -15,7 +15,7 @@ import numpy as np
 
 from ..indexing.embedder import batches_by_length, load_tokenizer, pad
 from ..indexing.models import Manifest, active, models_dir, read_manifest
-from ..indexing.onnx_runtime import open_session
+from ..indexing.onnx_runtime import open_model
 
 BATCH = 16
 CPU_LIMIT = 24  # ~0.4 s a 256-token pair for XLM-R large on 2 cores: about 10 s, well inside 60 s
@@ -35,7 +35,8 @@ class OnnxReranker:
                  limit: int | None = None) -> None:
         self.manifest = manifest or read_manifest(model_dir)
         self.identity = self.manifest.identity
-        self.session, self.device = open_session(model_dir / self.manifest.model_file, device)
+        self.session, plan = open_model(model_dir, self.manifest, device)
+        self.device, self.precision = plan.device, plan.precision
         self.limit = limit or (GPU_LIMIT if self.device == "cuda" else CPU_LIMIT)
         self.tokenizer = load_tokenizer(model_dir, self.manifest.max_length)
         self.pad_id = self.tokenizer.token_to_id("<pad>") or self.tokenizer.token_to_id("[PAD]") or 0

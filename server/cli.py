@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
                    help="largest HTTP request body accepted (default: 16 MiB); larger ones get 413")
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL, help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
-    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
+    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda, optionally :fp32 or :fp16 (auto: FP16 on CUDA, FP32 on CPU)")
     p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
 
     _serve_source_args(p)
@@ -168,7 +168,7 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--json", type=Path, help="write one record per (variant, budget) here")
     p.add_argument("--per-question", type=Path, help="write evidence, pool and slate hits per question (JSONL)")
     p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
-    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda")
+    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda, optionally :fp32 or :fp16 (auto: FP16 on CUDA, FP32 on CPU)")
     p.add_argument("--rerank-limit", type=int, default=None,
                    help="candidates the cross-encoder scores (default: 24 on CPU, 128 on GPU)")
     p.add_argument("--no-cache", action="store_true",
@@ -189,7 +189,7 @@ def _eval_parser(sub: Any) -> None:
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL, help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda, optionally :fp32 or :fp16")
     p.add_argument("--rerank-limit", type=int, default=None)
 
 
@@ -408,23 +408,24 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from ..indexing import models  # noqa: PLC0415
-    from ..indexing.onnx_runtime import resolve_device  # noqa: PLC0415
+    from ..indexing.onnx_runtime import plan_session  # noqa: PLC0415
     home = Settings.load().home
     if args.models_command == "install":
         manifest = models.install(home, models.resolve_source(args.source), args.role, args.quantize,
                                   args.pooling, args.max_length, args.name)
         emit(f"installed {manifest.identity} as the active {manifest.role} "
-             f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length})")
+             f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length}, "
+             f"{'FP16 copy for CUDA' if manifest.fp16_file else 'int8, CPU only'})")
         return 0
     active = models.active(home)
     found = models.installed(home)
     if not found:
         emit(f"no models installed under {models.models_dir(home)}; install one with:\n  {models.INSTALL_HINT}")
-    device = resolve_device("auto")
     for m in found:
         mark = "*" if (active.get(m.role) and active[m.role].name == m.name) else " "
+        plan = plan_session("auto", m)
         emit(f"{mark} {m.role:<9} {m.identity:<40} {m.pooling or '-':<5} dim {m.dim:<5} "
-             f"max {m.max_length:<5} {m.quantized or 'fp32'}  runs on {device}  ({m.source})")
+             f"max {m.max_length:<5} runs on {plan.device} at {plan.precision}  ({m.source})")
     for role in models.ROLES:
         if active.get(role) is None:
             emit(f"  no active {role}: agentmemrec models install ... --as {role}")
