@@ -27,11 +27,13 @@ P = TypeVar("P", bound=Part)
 Merge = Callable[[Sequence[P], Sequence["np.ndarray | None"]], P]
 
 
-def merge_count(live: Sequence[int], rows: Sequence[int]) -> int:
+def merge_count(live: Sequence[int], rows: Sequence[int], added: bool = True) -> int:
     """How many of the newest parts to merge into one (0: none). `live` and `rows` count each
-    part's live rows and all its rows, oldest part first."""
+    part's live rows and all its rows, oldest part first; `added`: the newest part was just
+    added (when none was, as in a write that only removed rows, the parts a load made in equal
+    windows stay as they are, or the first such write would copy the whole index)."""
     k, total = 1, live[-1] if live else 0
-    while k < len(live) and live[-k - 1] <= 2 * total:
+    while added and k < len(live) and live[-k - 1] <= 2 * total:
         total += live[-k - 1]
         k += 1
     mostly_dead = [i for i in range(len(live)) if 2 * live[i] < rows[i]]
@@ -85,7 +87,7 @@ class Segments(Generic[P]):
             parts.append(part)
             dead.append(None)
         live = Segments(tuple(parts), tuple(dead)).live_counts()
-        k = merge_count(live, [len(p.ids) for p in parts])
+        k = merge_count(live, [len(p.ids) for p in parts], added=bool(len(part.ids)))
         if k:
             merged = merge(parts[-k:], dead[-k:])
             parts, dead = parts[:-k] + [merged], dead[:-k] + [None]

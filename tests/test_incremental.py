@@ -129,6 +129,13 @@ def test_parts_merge_like_a_binary_counter():
     assert merge_count([100, 10], [300, 10]) == 2  # a mostly dead part is merged away
 
 
+def test_a_write_that_adds_no_row_leaves_equal_loaded_parts_unmerged():
+    # A load makes parts of equal windows; a write that only removes must not copy them all.
+    windows = [8192] * 12 + [8191]
+    assert merge_count(windows, [8192] * 13, added=False) == 0
+    assert merge_count(windows, [8192] * 12 + [20000], added=False) == 1  # unless mostly dead
+
+
 class _Ids:
     def __init__(self, ids: list[int]) -> None:
         self.ids = np.asarray(ids, dtype=np.int64)
