@@ -54,12 +54,29 @@ class SessionIndex:
         return SessionSnapshot(neighbours, starts)
 
     def _orders(self, project: str) -> dict[str, _Order]:
+        """The cache of the project's current generation. After a write it starts from the
+        previous one without the sessions the changed units were or now are in."""
         generation = self.store.generation(project)
         with self._lock:
             entry = self._cache.get(project)
-            if entry is None or entry[0] != generation:
-                entry = self._cache[project] = (generation, {})
+        if entry is not None and entry[0] == generation:
             return entry[1]
+        changed = self.store.changed_between(project, entry[0], generation) if entry else None
+        kept: dict[str, _Order] = {}
+        if changed is not None:
+            now_in = self._sessions_of(project, changed)
+            kept = {name: order for name, order in entry[1].items()
+                    if name not in now_in and changed.isdisjoint(order.neighbours)}
+        with self._lock:
+            self._cache[project] = (generation, kept)
+        return kept
+
+    def _sessions_of(self, project: str, ids: set[int]) -> set[str]:
+        if not ids:
+            return set()
+        return {r[0] for r in self.store.cursor().execute(
+            "SELECT DISTINCT session FROM units WHERE project = ? AND id IN (SELECT unnest(?::BIGINT[])) "
+            "AND session IS NOT NULL", [project, sorted(ids)]).fetchall()}
 
     def _read(self, project: str, names: list[str]) -> dict[str, _Order]:
         rows = self.store.cursor().execute(

@@ -486,13 +486,33 @@ class Store:
         return found
 
     def _cached_units(self, project: str) -> dict[int, Unit]:
-        """The unit cache of the project's current generation: a write starts a new, empty one."""
+        """The unit cache of the project's current generation. After a write it starts from the
+        previous one without the units the change log names, and without decisions (whose
+        supersession links change with other decisions' writes)."""
         generation = self.generation(project)
         with self._cache_lock:
             entry = self._unit_cache.get(project)
-            if entry is None or entry[0] != generation:
-                entry = self._unit_cache[project] = (generation, {})
+        if entry is not None and entry[0] == generation:
             return entry[1]
+        changed = self.changed_between(project, entry[0], generation) if entry else None
+        kept = {} if changed is None else {i: u for i, u in entry[1].items()
+                                           if i not in changed and u.kind != "decision"}
+        with self._cache_lock:
+            self._unit_cache[project] = (generation, kept)
+        return kept
+
+    def changed_between(self, project: str, since: int, generation: int) -> set[int] | None:
+        """Units the change log names after `since` up to `generation`; None when it does not
+        reach back that far."""
+        if since > generation:
+            return None
+        cur = self.cursor()
+        row = cur.execute("SELECT logged_from FROM projects WHERE project = ?", [project]).fetchone()
+        if row is None or (row[0] or 0) > since:
+            return None
+        return {r[0] for r in cur.execute(
+            "SELECT unit_id FROM unit_changes WHERE project = ? AND generation > ? AND generation <= ?",
+            [project, since, generation]).fetchall()}
 
     def units_by_id(self, ids: Iterable[int]) -> dict[int, Unit]:
         """Units by id in any project: for maintenance work (embedding), never for a request."""

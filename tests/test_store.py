@@ -186,4 +186,7 @@ def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
     [added] = write(store, "p", {"kind": "turn", "session": "s1", "text": "turn 3", "at": "2024-01-01T10:03:00"})
     after = index.around("p", ["s1"]).neighbours
     assert after[turns[2].ids[0]] == (turns[1].ids[0], added.ids[0], 2 / 3)
+    store.forget("p", [f"#{turns[1].ids[0]}"])
+    gone = index.around("p", ["s1"]).neighbours
+    assert turns[1].ids[0] not in gone and gone[turns[2].ids[0]] == (turns[0].ids[0], added.ids[0], 0.5)
     store.close()
