@@ -2,7 +2,8 @@
 
 A recall hands its explanation to a writer thread and returns; `explain_selection` finds it in
 memory until the thread has stored it (with whatever else queued meanwhile, in one
-transaction). Closing the log stores what is left."""
+transaction). Closing the log stores what is left. Each project keeps its newest
+`KEEP_SLATES` explanations."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, Callable
 from .store import Store
 
 log = logging.getLogger(__name__)
+KEEP_SLATES = 500  # per project: the newest slates stay explainable (one is about 200 KB at pool 512)
 _running: "weakref.WeakSet[SlateLog]" = weakref.WeakSet()
 
 
@@ -78,6 +80,10 @@ class SlateLog:
                         "unnest(?::TIMESTAMP[]), unnest(?::VARCHAR[])",
                         [ids, [batch[i][0] for i in ids], [batch[i][1] for i in ids],
                          [json.dumps(batch[i][2]) for i in ids]])
+            for project in {batch[i][0] for i in ids}:  # explanations are for recent answers
+                cur.execute("DELETE FROM slates WHERE project = ? AND slate_id NOT IN (SELECT slate_id "
+                            "FROM slates WHERE project = ? ORDER BY created_at DESC LIMIT ?)",
+                            [project, project, KEEP_SLATES])
         with self._lock:
             for slate_id in ids:
                 self._pending.pop(slate_id, None)

@@ -13,6 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..indexing.backfill import EmbeddingWorker
 from ..indexing.embedder import Embedder, OnnxEmbedder
 from ..indexing.errors import InputError, StoreError
@@ -223,8 +225,9 @@ class Memory:
         query, as_of, pool, ranked = selection.query, selection.as_of, selection.pool, selection.ranked
         in_slate = [it.rank for it in slate.items if it.rank is not None]
         cutoff = max(in_slate) if in_slate else 0
+        names, rows = _feature_rows(ranked)
         candidates = []
-        for sc in ranked:
+        for sc, row in zip(ranked, rows):
             outcome = slate.outcomes.get(sc.unit.id, "skipped_over_budget")
             lost = None
             if outcome == "skipped_over_budget":
@@ -234,7 +237,7 @@ class Memory:
                 "score": sc.score, "tokens": sc.unit.tokens, "outcome": outcome, "lost_to": lost,
                 "channels": {n: {"rank": h.rank, "score": h.score}
                              for n, h in sc.candidate.channels.items()},
-                "features": _json_features(sc.features),
+                "features": row,
             })
         return {
             "slate_id": slate.slate_id, "query": query, "budget": slate.budget,
@@ -245,7 +248,7 @@ class Memory:
                        "headers": slate.tokens_used - slate.fixed_tokens
                        - sum(it.tokens for it in slate.items)},
             "successors": [it.unit.id for it in slate.items if it.rank is None],
-            "excluded_as_of": len(selection.excluded), "candidates": candidates,
+            "excluded_as_of": len(selection.excluded), "feature_names": names, "candidates": candidates,
             "beyond_pool": {n: {str(k): v for k, v in ids.items()} for n, ids in pool.cut_off.items()},
         }
 
@@ -260,9 +263,10 @@ class Memory:
             raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")
         project, payload = saved
+        names = payload.pop("feature_names", None)
         live = self.store.units(project, [c["id"] for c in payload["candidates"]])
-        candidates = [{**c, **_unit_fields(live[c["id"]])} for c in payload["candidates"]
-                      if c["id"] in live]  # forgotten units never reappear
+        candidates = [{**c, **_unit_fields(live[c["id"]]), "features": _named(names, c.get("features"))}
+                      for c in payload["candidates"] if c["id"] in live]  # forgotten units never reappear
         payload = {**payload, "project": project, "candidates": candidates,
                    "units_in_project": self.store.count_units(project),
                    "out_of_scope_units": self.store.units_outside(project),
@@ -353,11 +357,23 @@ def load_embedder(home: Path, device: str = "auto") -> Embedder | None:
     return OnnxEmbedder(models_dir(home) / manifest.name, device, manifest) if manifest else None
 
 
-def _json_features(features: Any) -> dict[str, float | None] | None:
-    """Feature values for JSON: a missing source (NaN) is null."""
-    if not features:
-        return None
-    return {k: (None if v is None or v != v else round(float(v), 4)) for k, v in features.items()}
+def _feature_rows(ranked: Sequence[ScoredCandidate]) -> tuple[list[str] | None, list[list[float | None] | None]]:
+    """Every candidate's feature values as one row under shared names (an explanation is saved
+    for every recall: names once, not per candidate), rounded; a missing source (NaN) is null."""
+    first = next((sc.features for sc in ranked if sc.features), None)
+    if first is None:
+        return None, [None] * len(ranked)
+    names = list(first)
+    values = np.round(np.array([[sc.features[n] for n in names] if sc.features else [np.nan] * len(names)
+                                for sc in ranked], dtype=np.float64), 4)
+    return names, np.where(np.isnan(values), None, values).tolist()
+
+
+def _named(names: list[str] | None, values: Any) -> dict[str, float | None] | None:
+    """A saved feature row as a name -> value mapping (rows saved before names were shared are one)."""
+    if names is None or not isinstance(values, list):
+        return values
+    return dict(zip(names, values))
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

@@ -190,3 +190,21 @@ def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
     gone = index.around("p", ["s1"]).neighbours
     assert turns[1].ids[0] not in gone and gone[turns[2].ids[0]] == (turns[0].ids[0], added.ids[0], 0.5)
     store.close()
+
+
+def test_only_the_newest_explanations_are_kept_per_project(home, monkeypatch):
+    from agentmemrec.indexing import slates
+    monkeypatch.setattr(slates, "KEEP_SLATES", 2)
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    memory.remember("q", [{"kind": "turn", "text": "kafka in another project"}])
+    first, *newest = [memory.recall("p", f"kafka question {i}").slate_id for i in range(3)]
+    other = memory.recall("q", "kafka").slate_id
+    memory.close()  # stores what is queued
+    memory = Memory.open(home)
+    with pytest.raises(InputError, match="unknown slate id"):
+        memory.explain(first, {"p"})
+    kept = [memory.explain(s, {"p"})["candidates"][0] for s in newest]
+    assert all(c["features"]["bm25_rank"] is not None and c["features"]["dense_cosine"] is None for c in kept)
+    assert memory.explain(other, {"q"})["slate_id"] == other  # another project's are its own
+    memory.close()
