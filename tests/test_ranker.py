@@ -129,7 +129,8 @@ def test_cross_validated_full_variant_is_reported_with_its_ablation(trained, min
     assert main(["eval", "locomo", str(data), "--variant", "rrf", "--variant", "full", "--cv", "2",
                  "--ablation", "--budget", "400", "--json", str(out)]) == 0
     names = [r["variant"] for r in json.loads(out.read_text())]
-    assert names == ["rrf", "full", "full-no-relevance", "full-no-context", "full-no-coding", "full-no-session"]
+    assert names == ["rrf", "full", "full-no-relevance", "full-no-context", "full-no-question", "full-no-coding",
+                     "full-no-session"]
     assert all(r["questions"] == 56 for r in json.loads(out.read_text()))
 
 
