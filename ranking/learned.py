@@ -1,7 +1,8 @@
 """The learned ranker: a LightGBM LambdaRank model over the features in features.py.
 
-The model file is one JSON document: the LightGBM model text plus what it was trained with and
-on (feature names, embedder and reranker identities, data, metrics). Loading checks the feature
+The model file is one JSON document: the LightGBM models' text (a small ensemble of boosters
+trained with different seeds, whose scores are averaged) plus what it was trained with and on
+(feature names, embedder and reranker identities, data, metrics). Loading checks the feature
 names (a mismatch is an error: the file belongs to another version) and warns when the active
 embedder or reranker differs from the ones it was trained with.
 """
@@ -26,19 +27,29 @@ from .features import FEATURE_NAMES, QueryContext, feature_matrix, query_keys, u
 from .ranker import RankingContext, ScoredCandidate, cross_encode, in_order
 
 log = logging.getLogger(__name__)
-FORMAT = 1
+FORMAT = 2  # 2: a list of boosters ("models"), averaged
 DEFAULT_MODEL = "default-ranker.json"
 PREDICT_THREADS = 1  # a pool is ~128 rows: worker threads cost more than they save, most on a busy machine
 
 
 @dataclass(frozen=True)
 class RankerModel:
-    booster: lgb.Booster
+    boosters: tuple[lgb.Booster, ...]
     meta: dict[str, Any]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The mean of the boosters' scores: one LightGBM model's ranking varies by about a point of
+        slate completeness with its seed; the average varies less and ranks better."""
+        return np.mean([b.predict(x, num_threads=PREDICT_THREADS) for b in self.boosters], axis=0)
+
+    def contributions(self, x: np.ndarray) -> np.ndarray:
+        """Per-feature contributions to `predict` (SHAP values are additive, so they average too)."""
+        return np.mean([b.predict(x, pred_contrib=True, num_threads=PREDICT_THREADS)[:, :-1]
+                        for b in self.boosters], axis=0)
 
     def save(self, path: Path) -> None:
         doc = {**self.meta, "format": FORMAT, "features": list(FEATURE_NAMES),
-               "model": self.booster.model_to_string()}
+               "models": [b.model_to_string() for b in self.boosters]}
         path.write_text(json.dumps(doc))
 
     @classmethod
@@ -52,10 +63,11 @@ class RankerModel:
             raise StoreError(f"cannot read ranker model {path or DEFAULT_MODEL}: {exc}; retrain it with "
                              "'agentmemrec train'") from exc
         if doc.get("format") != FORMAT or doc.get("features") != list(FEATURE_NAMES):
-            raise StoreError(f"ranker model {path or DEFAULT_MODEL} was trained on other features "
-                             f"({doc.get('features')}); retrain it with 'agentmemrec train'")
-        meta = {k: v for k, v in doc.items() if k not in ("model", "features", "format")}
-        return cls(lgb.Booster(model_str=doc["model"]), meta)
+            raise StoreError(f"ranker model {path or DEFAULT_MODEL} was trained on other features or by "
+                             f"another version (format {doc.get('format')}, features {doc.get('features')}); "
+                             "retrain it with 'agentmemrec train'")
+        meta = {k: v for k, v in doc.items() if k not in ("models", "features", "format")}
+        return cls(tuple(lgb.Booster(model_str=m) for m in doc["models"]), meta)
 
     def check_models(self, embedder: str | None, reranker: str | None) -> list[str]:
         """Warnings when the active models are not the ones the ranker was trained with."""
@@ -101,7 +113,7 @@ class LearnedRanker:
         """Sort by model score (ties: pool order); keep each candidate's features and the
         per-feature contributions to its score (LightGBM's SHAP values)."""
         model = model or self.model
-        scores = (model.booster.predict(x, num_threads=PREDICT_THREADS) if model is not None
+        scores = (model.predict(x) if model is not None
                   else -np.array([c.pool_rank for c in candidates], dtype=float))
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].pool_rank))
         rows = x.tolist()
@@ -113,8 +125,7 @@ class LearnedRanker:
         contributions, SHAP values), largest first."""
         if self.model is None or not rows:
             return [[] for _ in rows]
-        contrib = self.model.booster.predict(np.asarray(rows, dtype=np.float64), pred_contrib=True,
-                                             num_threads=PREDICT_THREADS)[:, :-1]
+        contrib = self.model.contributions(np.asarray(rows, dtype=np.float64))
         out = []
         for row in contrib:
             best = np.argsort(-row)[:n]

@@ -57,6 +57,33 @@ def test_context_and_session_features():
     assert rows[0]["session_position"] == 0.0 and rows[1]["session_position"] == 0.5
 
 
+def test_question_and_text_cue_features():
+    pool = [cand(1, "I finished two books last week, The Hobbit was great.", 1,
+                 {"bm25": ChannelHit(1, 4.0), "dense": ChannelHit(2, 0.6)}, session="s"),
+            cand(2, "Did you read anything good?", 2, {"bm25": ChannelHit(2, 1.0), "dense": ChannelHit(1, 0.8)},
+                 session="s"),
+            cand(3, "My dog loves the park.", 3, {"bm25": ChannelHit(3, 2.0), "dense": ChannelHit(3, 0.2)},
+                 session="t")]
+    ctx = context(pool, {"bm25": {1: 4.0, 2: 1.0, 3: 2.0}, "dense": {1: 0.6, 2: 0.8, 3: 0.2}},
+                  query="What books has Tim read?")
+    rows = [dict(zip(F.FEATURE_NAMES, r)) for r in F.feature_matrix(pool, ctx)]
+    assert [r["is_question"] for r in rows] == [0.0, 1.0, 0.0]
+    assert [r["time_cue"] for r in rows] == [1.0, 0.0, 0.0]
+    assert rows[0]["term_overlap"] == pytest.approx(1 / 4)  # book of {book, has, read, tim}
+    assert rows[1]["term_overlap"] == pytest.approx(1 / 4)  # read
+    assert all(r["query_wants_many"] == 1.0 and r["query_asks_when"] == 0.0 for r in rows)
+    assert rows[0]["dense_gap_session"] == pytest.approx(-0.2) and rows[1]["dense_gap_session"] == 0.0
+    assert rows[0]["dense_rank_in_session"] == math.log1p(1) and rows[2]["dense_rank_in_session"] == 0.0
+    assert rows[1]["bm25_gap_session"] == pytest.approx(-3 / 4) and rows[2]["bm25_gap_session"] == 0.0
+
+
+def test_without_an_embedder_the_session_dense_features_are_missing():
+    pool = [cand(1, "hello?", 1, {"bm25": ChannelHit(1, 3.0)}, session="s")]
+    row = dict(zip(F.FEATURE_NAMES, F.feature_matrix(pool, context(pool, {"bm25": {1: 3.0}}))[0]))
+    assert math.isnan(row["dense_gap_session"]) and math.isnan(row["dense_rank_in_session"])
+    assert set(F.DENSE_FEATURES) >= {"dense_gap_session", "dense_rank_in_session"}
+
+
 @pytest.fixture(scope="module")
 def trained(minilm_home, tmp_path_factory):
     data = tmp_path_factory.mktemp("data")
@@ -79,6 +106,7 @@ def test_the_model_file_records_what_it_was_trained_with(trained):
     assert doc["embedder"].startswith("minilm@") and doc["reranker"] is None
     assert "locomo" in doc["data"][0] and doc["questions"] == 4 * 14
     assert doc["metrics"]["best_iteration"] >= 1 and "ndcg@10" in doc["metrics"]["valid"]
+    assert len(doc["models"]) == doc["ensemble"]["size"] == 3  # boosters averaged
     model = RankerModel.load(out)
     assert model.check_models(doc["embedder"], None) == []
     assert "retrain" in model.check_models(None, None)[0]
@@ -101,7 +129,8 @@ def test_cross_validated_full_variant_is_reported_with_its_ablation(trained, min
     assert main(["eval", "locomo", str(data), "--variant", "rrf", "--variant", "full", "--cv", "2",
                  "--ablation", "--budget", "400", "--json", str(out)]) == 0
     names = [r["variant"] for r in json.loads(out.read_text())]
-    assert names == ["rrf", "full", "full-no-relevance", "full-no-context", "full-no-coding", "full-no-session"]
+    assert names == ["rrf", "full", "full-no-relevance", "full-no-context", "full-no-question", "full-no-coding",
+                     "full-no-session"]
     assert all(r["questions"] == 56 for r in json.loads(out.read_text()))
 
 
