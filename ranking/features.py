@@ -11,7 +11,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from datetime import datetime
 from typing import Callable, Mapping, Sequence
 
@@ -115,6 +115,10 @@ def stem(word: str) -> str:
     return word
 
 
+TEXT_CACHE = 1 << 15  # units' text features are kept per text: a pool's units recur across queries
+
+
+@lru_cache(maxsize=TEXT_CACHE)
 def content_terms(text: str) -> frozenset[str]:
     """Stemmed words of three letters or more that are not stopwords."""
     return frozenset(stem(w) for w in WORD_RE.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS)
@@ -205,7 +209,12 @@ def is_question(c: Candidate, ctx: QueryContext) -> float:
 
 
 def time_cue(c: Candidate, ctx: QueryContext) -> float:
-    return float(TIME_CUE_RE.search(c.unit.text) is not None)
+    return float(_dates_something(c.unit.text))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _dates_something(text: str) -> bool:
+    return TIME_CUE_RE.search(text) is not None
 
 
 def term_overlap(c: Candidate, ctx: QueryContext) -> float:
@@ -221,11 +230,16 @@ def term_overlap(c: Candidate, ctx: QueryContext) -> float:
 # kind of answer is asked for.
 
 def query_wants_many(c: Candidate, ctx: QueryContext) -> float:
-    return float(MANY_RE.search(ctx.query) is not None)
+    return float(_matches(MANY_RE, ctx.query))
 
 
 def query_asks_when(c: Candidate, ctx: QueryContext) -> float:
-    return float(WHEN_RE.search(ctx.query) is not None)
+    return float(_matches(WHEN_RE, ctx.query))
+
+
+@lru_cache(maxsize=256)
+def _matches(pattern: re.Pattern[str], query: str) -> bool:
+    return pattern.search(query) is not None
 
 
 # ---- coding memory --------------------------------------------------------------------------
