@@ -6,11 +6,13 @@
 #
 # That machine has python3 with PyTorch, CUDA 13 and cuDNN 9, no network, and only the CPU build of
 # onnxruntime. Prepare here with bench/gpu_wheels.sh, then, keeping the machine warm (it is given
-# back after 30 s idle), one device call per part of the onnxruntime-gpu wheel:
+# back after 30 s idle), one device call per full part of the onnxruntime-gpu wheel:
 #     run(command="mkdir -p /tmp/ortparts && cp .whl/ortI/* /tmp/ortparts/", carry=[".whl/ortI"])
-# for I = 1 .. N, and then:
-#     run(command="bash bench/gpu.sh", carry=[".whl/small"], timeout_s=540)
+# for I = 1 .. N-1, and then, with the small last part:
+#     run(command="bash bench/gpu.sh", carry=[".whl/small", ".whl/ortN"], timeout_s=560)
 # If that machine's onnxruntime already has the CUDA provider, the part calls can be skipped.
+# A CUDA session on a one-node model is opened before the exports, so a CUDA or cuDNN library that
+# fails to load ends the run in seconds instead of after minutes of exporting.
 set -uo pipefail
 OUT=${OUT:-/tmp/agentmemrec-gpu-out}
 mkdir -p "$OUT"
@@ -24,6 +26,7 @@ REPO=$PWD
 fail() { echo "gpu.sh: $*"; printf '{"error": "%s"}\n' "$*" >"$OUT/gpu-error.json"; exit 3; }
 
 install_wheels() {
+    mkdir -p /tmp/ortparts && cp .whl/ort*/*.part* /tmp/ortparts/ 2>/dev/null  # parts carried by this call
     local wheels=(.whl/small/*.whl)
     [ -e "${wheels[0]}" ] || fail "no .whl/small: run bench/gpu_wheels.sh here and carry .whl/small"
     if ls /tmp/ortparts/*.part* >/dev/null 2>&1; then
@@ -59,6 +62,20 @@ export LD_LIBRARY_PATH="$(cuda_library_path):${LD_LIBRARY_PATH:-}"
 $PY -c "import onnxruntime as o, transformers as t; print('onnxruntime', o.__version__, o.get_available_providers(), 'transformers', t.__version__)"
 $PY -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers()" \
     || fail "this onnxruntime has no CUDA provider: carry the onnxruntime-gpu parts first"
+$PY - <<'PY' || fail "a CUDA session did not open (CUDA or cuDNN libraries; see above)"
+import numpy as np, onnx, onnxruntime as ort
+from onnx import TensorProto, helper
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 9
+options = ort.SessionOptions()
+options.log_severity_level = 1
+s = ort.InferenceSession(model.SerializeToString(), options, providers=["CUDAExecutionProvider"])
+print("preflight providers", s.get_providers(), s.run(None, {"x": np.eye(2, dtype=np.float32)})[0].tolist())
+assert s.get_providers()[0] == "CUDAExecutionProvider"
+PY
 
 bench() {  # precision, then seconds it may take; each run writes its JSON as it ends
     timeout "$2" $PY bench/model_throughput.py --home /tmp/agentmemrec-bench --device cuda --precision "$1" \

@@ -4,8 +4,8 @@
 # The GPU machine's image has PyTorch, CUDA 13 and cuDNN 9 but only the CPU build of onnxruntime,
 # and transformers 5 (optimum-onnx needs < 4.58). This fetches the wheels bench/gpu.sh installs
 # there into .whl/ (ignored by git through .git/info/exclude). One device call carries at most
-# 64 MiB, so the 255 MB onnxruntime-gpu wheel is split into parts .whl/ort1 .. .whl/ortN, each
-# carried by its own call; see bench/gpu.sh for the sequence of calls.
+# 64 MiB, so the 255 MB onnxruntime-gpu wheel is split into 60 MiB parts .whl/ort1 .. .whl/ortN: each
+# full part is carried by its own call, the small last one with .whl/small; see bench/gpu.sh.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 exclude=$(git rev-parse --git-path info/exclude)
@@ -18,7 +18,7 @@ rm -rf .whl && mkdir -p .whl/small .whl/big
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 -d .whl/big onnxruntime-gpu==1.31.1
 wheel=$(basename .whl/big/onnxruntime_gpu-*.whl)
-(cd .whl/big && sha256sum "$wheel" >../small/onnxruntime-gpu.sha256 && split -b 55M -d "$wheel" "$wheel.part")
+(cd .whl/big && sha256sum "$wheel" >../small/onnxruntime-gpu.sha256 && split -b 60M -d "$wheel" "$wheel.part")
 n=0
 for part in .whl/big/"$wheel".part*; do
     n=$((n + 1)) && mkdir -p ".whl/ort$n" && mv "$part" ".whl/ort$n/"

@@ -81,6 +81,12 @@ def text_of(tokens: int, seed: int) -> str:
     return " ".join(f"w{(seed * 7 + i) % 1000}" for i in range(tokens))
 
 
+def on_device(spec: str, device: str) -> None:
+    """Stop, rather than time a large model for minutes on the CPU ONNX Runtime fell back to."""
+    if spec.startswith("cuda") and device != "cuda":
+        raise SystemExit(f"asked for {spec} but the session runs on {device}; see the log above")
+
+
 def median_time(fn, repeats: int) -> float:
     fn()  # warm-up: graph optimisation, CUDA context, memory arenas
     times = []
@@ -95,6 +101,7 @@ def bench_embedder(model_dir: Path, spec: str, n: int, tokens: int, repeats: int
     import numpy as np
     from agentmemrec.indexing.embedder import BATCH, OnnxEmbedder
     emb = OnnxEmbedder(model_dir, spec)
+    on_device(spec, emb.device)
     texts = [text_of(tokens - 2, i) for i in range(n)]  # + <s> and </s>
     t = median_time(lambda: emb.embed(texts), repeats)
     out = {"model": emb.identity, "device": emb.device, "precision": emb.precision, "units": n,
@@ -109,6 +116,7 @@ def bench_reranker(model_dir: Path, spec: str, pairs: int, tokens: int, repeats:
     import numpy as np
     from agentmemrec.ranking.cross_encoder import BATCH, OnnxReranker
     rr = OnnxReranker(model_dir, spec, limit=pairs)
+    on_device(spec, rr.device)
     query = text_of(14, 999)
     texts = [text_of(tokens - 20, i) for i in range(pairs)]  # pair = query + text + 4 specials
     t = median_time(lambda: rr.score(query, texts), repeats)
