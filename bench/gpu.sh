@@ -71,7 +71,7 @@ model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x
                           opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 9
 options = ort.SessionOptions()
-options.log_severity_level = 1
+options.log_severity_level = 3
 s = ort.InferenceSession(model.SerializeToString(), options, providers=["CUDAExecutionProvider"])
 print("preflight providers", s.get_providers(), s.run(None, {"x": np.eye(2, dtype=np.float32)})[0].tolist())
 assert s.get_providers()[0] == "CUDAExecutionProvider"

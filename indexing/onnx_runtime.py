@@ -25,6 +25,10 @@ from .errors import InputError, StoreError
 from .models import Manifest
 
 log = logging.getLogger(__name__)
+# ONNX Runtime's process-wide logger warns on stderr at every CUDA session (onnxruntime-gpu 1.31:
+# "No registered plugin EP device found for 'CUDAExecutionProvider'") although the session runs on
+# the GPU; errors (CUDA or cuDNN libraries that fail to load) still show.
+ort.set_default_logger_severity(3)
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[str, ...] = get_args(Device)
