@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bge-m3-size embedding throughput and 128-pair rerank latency on a GPU, at FP16 and FP32, through
 # the product's own install command and ONNX code. Runs on the device machine, in the repository
-# root, in under 8 minutes on an H200 (two XLM-R large exports and FP16 conversions take most of
-# it); writes gpu-fp16.json, gpu-fp32.json and gpu.log to $OUT.
+# root; on an H200 it took 153 s, 107 s of it the two XLM-R large exports and FP16 conversions; it
+# writes gpu-fp16.json, gpu-fp32.json and gpu.log to $OUT.
 #
 # That machine has python3 with PyTorch, CUDA 13 and cuDNN 9, no network, and only the CPU build of
 # onnxruntime. Prepare here with bench/gpu_wheels.sh, then, keeping the machine warm (it is given

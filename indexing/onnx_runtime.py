@@ -25,10 +25,6 @@ from .errors import InputError, StoreError
 from .models import Manifest
 
 log = logging.getLogger(__name__)
-# ONNX Runtime's process-wide logger warns on stderr at every CUDA session (onnxruntime-gpu 1.31:
-# "No registered plugin EP device found for 'CUDAExecutionProvider'") although the session runs on
-# the GPU; errors (CUDA or cuDNN libraries that fail to load) still show.
-ort.set_default_logger_severity(3)
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -141,6 +137,10 @@ def open_session(path: str | os.PathLike[str], device: str = "auto") -> ort.Infe
     resolved = resolve_device(device)
     providers: list = (["CPUExecutionProvider"] if resolved == "cpu"
                        else [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"])
+    # The process-wide logger warns on stderr at every CUDA session (onnxruntime-gpu 1.31: "No
+    # registered plugin EP device found for 'CUDAExecutionProvider'") although the session runs on
+    # the GPU; errors (CUDA or cuDNN libraries that fail to load) still show.
+    ort.set_default_logger_severity(3)
     try:
         return ort.InferenceSession(str(path), sess_options=session_options(resolved), providers=providers)
     except Exception as exc:  # a damaged or truncated model file

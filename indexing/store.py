@@ -8,11 +8,10 @@ that derived indexes record and are checked against.
 
 from __future__ import annotations
 
-import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -20,86 +19,15 @@ import duckdb
 
 from .errors import InputError, StoreError, StoreLocked
 from .generations import Generations
-from .units import Chunk, Item, Unit, check_project, chunk_item, content_hash
+from .migrations import MIGRATIONS
+from .units import Item, Unit, check_project, chunk_item, content_hash
+from .writes import Prepared, WriteResult, now, resolve_all, write_batch
 
-MIGRATIONS: list[str] = [
-    # 1: units, per-project generations, saved slate explanations
-    """
-    CREATE SEQUENCE unit_ids START 1;
-    CREATE SEQUENCE unit_seq START 1;
-    CREATE TABLE units (
-        id BIGINT PRIMARY KEY DEFAULT nextval('unit_ids'),
-        project VARCHAR NOT NULL,
-        key VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,
-        ref VARCHAR,
-        chunk INTEGER NOT NULL,
-        content_hash VARCHAR NOT NULL,
-        text VARCHAR NOT NULL,
-        tokens INTEGER NOT NULL,
-        session VARCHAR, role VARCHAR, speaker VARCHAR, title VARCHAR, status VARCHAR,
-        supersedes BIGINT, superseded_by BIGINT, path VARCHAR, heading VARCHAR,
-        recorded_at TIMESTAMP NOT NULL,
-        seq BIGINT NOT NULL,
-        written_at TIMESTAMP NOT NULL,
-        UNIQUE (project, key)
-    );
-    CREATE TABLE projects (project VARCHAR PRIMARY KEY, generation BIGINT NOT NULL,
-                           units BIGINT NOT NULL DEFAULT 0);
-    CREATE TABLE slates (slate_id VARCHAR PRIMARY KEY, project VARCHAR NOT NULL,
-                         created_at TIMESTAMP NOT NULL, payload VARCHAR NOT NULL);
-    """,
-    # 2: dense vectors, keyed by unit, model identity and the content they were computed from
-    """
-    CREATE TABLE vectors (unit_id BIGINT NOT NULL, model VARCHAR NOT NULL,
-                          content_hash VARCHAR NOT NULL, vec BLOB NOT NULL,
-                          PRIMARY KEY (unit_id, model));
-    CREATE TABLE vector_state (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
-                               generation BIGINT NOT NULL, PRIMARY KEY (project, model));
-    """,
-    # 3: bearer tokens for the HTTP transport: only a hash of each secret is kept
-    """
-    CREATE TABLE tokens (name VARCHAR PRIMARY KEY, secret_sha256 VARCHAR NOT NULL UNIQUE,
-                         projects VARCHAR[] NOT NULL, created_at TIMESTAMP NOT NULL);
-    """,
-    # 4: change logs, so derived indexes catch up with a write instead of rebuilding; a log
-    # reaches back to `logged_from` (the generation at which this migration ran)
-    """
-    CREATE TABLE unit_changes (project VARCHAR NOT NULL, generation BIGINT NOT NULL,
-                               unit_id BIGINT NOT NULL);
-    CREATE TABLE vector_changes (project VARCHAR NOT NULL, model VARCHAR NOT NULL,
-                                 generation BIGINT NOT NULL, unit_id BIGINT NOT NULL);
-    ALTER TABLE projects ADD COLUMN logged_from BIGINT DEFAULT 0;
-    UPDATE projects SET logged_from = generation;
-    ALTER TABLE vector_state ADD COLUMN logged_from BIGINT DEFAULT 0;
-    UPDATE vector_state SET logged_from = generation;
-    """,
-]
+__all__ = ["MIGRATIONS", "DatabaseError", "SourceRow", "Store", "WriteResult", "id_filter"]
 
-UNIT_ID = re.compile(r"#?[0-9]{1,18}")  # ASCII digits only ('¹'.isdigit()), and within BIGINT
 DatabaseError = duckdb.Error  # what a failing query raises; the process boundary maps it to StoreError
 UNIT_COLUMNS = ("id, project, kind, text, tokens, recorded_at, seq, ref, chunk, session, role, speaker, "
                 "title, status, supersedes, superseded_by, path, heading, content_hash")
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    """What one item became: its unit ids (several for a chunked note) and what happened."""
-
-    ref: str | None
-    ids: tuple[int, ...]
-    outcome: str  # "stored" | "updated" | "unchanged"
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    item: Item
-    hash: str
-    chunks: list[Chunk]
 
 
 def _row_to_unit(row: tuple[Any, ...]) -> Unit:
@@ -112,13 +40,6 @@ def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
     return StoreError(f"cannot open the memory store {path}: {exc}. Move the damaged file aside "
                       "to start an empty store, or put a backup in its place")
 
-
-UPSERT = """ON CONFLICT (project, key) DO UPDATE SET
-    content_hash = excluded.content_hash, text = excluded.text, tokens = excluded.tokens,
-    session = excluded.session, role = excluded.role, speaker = excluded.speaker,
-    title = excluded.title, status = excluded.status, path = excluded.path,
-    heading = excluded.heading, recorded_at = excluded.recorded_at, written_at = excluded.written_at
-    WHERE NOT starts_with(excluded.key, 'hash:')  -- same content: nothing to write"""
 
 # DuckDB's own memory (buffer cache, ART indexes, query state; more spills to disk). The indexes
 # the server searches live in their own snapshots, so caching table blocks beside them only
@@ -178,7 +99,7 @@ class Store:
                 continue
             cur.execute("BEGIN")
             cur.execute(sql)
-            cur.execute("INSERT INTO schema_migrations VALUES (?, ?)", [version, _now()])
+            cur.execute("INSERT INTO schema_migrations VALUES (?, ?)", [version, now()])
             cur.execute("COMMIT")
 
     @property
@@ -195,19 +116,19 @@ class Store:
         unique key through its index, while an upsert joins against the whole table. Content
         already stored makes that insert fail; the batch is then written again as an upsert."""
         check_project(project)
-        prepared = [_Prepared(it, content_hash(it), chunk_item(it)) for it in items]
+        prepared = [Prepared(it, content_hash(it), chunk_item(it)) for it in items]
         try:
             return self._write_once(project, prepared, fast=True)
         except duckdb.ConstraintException:
             return self._write_once(project, prepared, fast=False)
 
-    def _write_once(self, project: str, prepared: list["_Prepared"], fast: bool) -> list[WriteResult]:
+    def _write_once(self, project: str, prepared: list[Prepared], fast: bool) -> list[WriteResult]:
         with self._write_lock:
             cur = self.cursor()
             cur.execute("BEGIN")
             try:
                 removed: list[int] = []
-                results = self._write_batch(cur, project, prepared, removed, fast)
+                results = write_batch(cur, project, prepared, removed, fast)
                 changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
                 if changed or removed:
                     self._bump(cur, project, changed + removed)
@@ -219,162 +140,6 @@ class Store:
                 self.generations.forget(("units", project))
                 self.generations.forget(("rows",))
         return results
-
-    def _write_batch(self, cur: duckdb.DuckDBPyConnection, project: str, batch: list["_Prepared"],
-                     removed: list[int], fast: bool = False) -> list[WriteResult]:
-        # Items without a ref are keyed by their content: the insert itself finds one already
-        # stored (the unique key), so only refs are looked up first.
-        named = [p.item.supersedes for p in batch if p.item.supersedes]  # found in the same read
-        by_ref = self._existing_by_ref(cur, project, [p.item.ref for p in batch if p.item.ref] + named)
-        by_hash: dict[str, tuple[int, ...]] = {}
-        plans: list[tuple[_Prepared, str, tuple[int, ...] | list[str]]] = []
-        rows: list[tuple[Any, ...]] = []
-        shrunk: list[tuple[str, int]] = []
-        same: dict[str, int] = {}  # key -> id of chunks whose stored row already has this content
-        rehash: list[tuple[str, int]] = []
-        for p in batch:
-            item = p.item
-            old = by_ref.get(item.ref, []) if item.ref else []
-            if old and old[0][1] != item.kind:
-                raise InputError(f"ref {item.ref!r} already names a {old[0][1]}, not a "
-                                 f"{item.kind}; use another ref or forget it first")
-            if old and all(row[2] == p.hash for row in old):
-                plans.append((p, "unchanged", tuple(r[0] for r in old)))
-                continue
-            if not item.ref and p.hash in by_hash:
-                plans.append((p, "unchanged", by_hash[p.hash]))
-                continue
-            keys = [f"ref:{item.ref}#{c.index}" if item.ref else f"hash:{p.hash}#{c.index}"
-                    for c in p.chunks]
-            if not item.ref:
-                by_hash[p.hash] = ()  # a second identical item in this batch is not stored again
-            new_rows = [self._row(item, p.hash, key, c) for key, c in zip(keys, p.chunks)]
-            kept = self._unchanged_chunks(cur, project, item, new_rows) if old else {}
-            rows.extend(r for r in new_rows if r[0] not in kept)  # only changed chunks are rewritten
-            rehash.extend((p.hash, uid) for uid in kept.values())
-            same.update(kept)
-            if len(old) > len(p.chunks):
-                shrunk.append((item.ref, len(p.chunks)))
-            plans.append((p, "updated" if old else "stored", keys))
-        existing = {key for p, outcome, keys in plans if outcome == "updated" for key in keys}
-        fresh = [r for r in rows if r[0] not in existing]
-        ids = {**same, **self._bulk_upsert(cur, project, fresh, upsert=not fast),
-               **self._bulk_upsert(cur, project, [r for r in rows if r[0] in existing])}
-        plans = [(p, "unchanged", ()) if outcome == "stored" and not p.item.ref and keys[0] not in ids
-                 else (p, outcome, keys) for p, outcome, keys in plans]  # content already stored
-        for chash, uid in rehash:
-            cur.execute("UPDATE units SET content_hash = ? WHERE id = ?", [chash, uid])
-        for ref, keep in shrunk:
-            removed.extend(r[0] for r in cur.execute(
-                "DELETE FROM units WHERE project = ? AND ref = ? AND chunk >= ? RETURNING id",
-                [project, ref, keep]).fetchall())
-        stored_before = self._existing_by_hash(cur, project, [p.hash for p, _, k in plans if not k])
-        known = {ref: (rows[0][0], rows[0][1]) for ref, rows in by_ref.items()}  # ref -> (first id, kind)
-        known.update({p.item.ref: (ids[k[0]], p.item.kind) for p, outcome, k in plans
-                      if p.item.ref and outcome != "unchanged" and k[0] in ids})
-        results = []
-        for p, outcome, keys_or_ids in plans:
-            unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
-            unit_ids = unit_ids or stored_before[p.hash]  # stored earlier, or earlier in this batch
-            if outcome != "unchanged" and p.item.kind == "decision":
-                self._link_supersession(cur, project, unit_ids[0], p.item.supersedes, known)
-            results.append(WriteResult(p.item.ref, unit_ids, outcome))
-        return results
-
-    @staticmethod
-    def _row(item: Item, chash: str, key: str, chunk: Any) -> tuple[Any, ...]:
-        return (key, item.kind, item.ref, chunk.index, chash, chunk.text, chunk.tokens, item.session,
-                item.role, item.speaker, item.title, item.status, item.path, chunk.heading,
-                item.at or _now())
-
-    def _existing_by_ref(self, cur: duckdb.DuckDBPyConnection, project: str, refs: list[str]
-                         ) -> dict[str, list[tuple[int, str, str, int]]]:
-        out: dict[str, list[tuple[int, str, str, int]]] = {}
-        if refs:
-            for uid, ref, kind, chash, chunk in cur.execute(
-                    "SELECT id, ref, kind, content_hash, chunk FROM units WHERE project = ? AND ref IN "
-                    "(SELECT unnest(?)) ORDER BY ref, chunk", [project, refs]).fetchall():
-                out.setdefault(ref, []).append((uid, kind, chash, chunk))
-        return out
-
-    def _existing_by_hash(self, cur: duckdb.DuckDBPyConnection, project: str, hashes: list[str]
-                          ) -> dict[str, tuple[int, ...]]:
-        out: dict[str, list[int]] = {}
-        if hashes:
-            for chash, uid in cur.execute(
-                    "SELECT content_hash, id FROM units WHERE project = ? AND ref IS NULL AND "
-                    "content_hash IN (SELECT unnest(?)) ORDER BY chunk", [project, hashes]).fetchall():
-                out.setdefault(chash, []).append(uid)
-        return {h: tuple(ids) for h, ids in out.items()}
-
-    def _bulk_upsert(self, cur: duckdb.DuckDBPyConnection, project: str,
-                     rows: list[tuple[Any, ...]], upsert: bool = True) -> dict[str, int]:
-        if not rows:
-            return {}
-        cols = list(zip(*rows))
-        types = ["VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR",
-                 "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "TIMESTAMP"]
-        selects = ", ".join(f"unnest(?::{t}[])" for t in types)
-        returned = cur.execute(
-            f"""
-            INSERT INTO units (project, key, kind, ref, chunk, content_hash, text, tokens, session,
-                role, speaker, title, status, path, heading, recorded_at, seq, written_at)
-            SELECT ?, {selects}, nextval('unit_seq'), ? {UPSERT if upsert else ""}
-            RETURNING key, id
-            """, [project, *[list(c) for c in cols], _now()]).fetchall()
-        return {key: int(uid) for key, uid in returned}
-
-    def _link_supersession(self, cur: duckdb.DuckDBPyConnection, project: str, new_id: int,
-                           supersedes: str | None, known: dict[str, tuple[int, str]]) -> None:
-        old = cur.execute("SELECT supersedes FROM units WHERE id = ?", [new_id]).fetchone()[0]
-        if old is not None:  # an update in place may change or drop the link
-            cur.execute("UPDATE units SET superseded_by = NULL WHERE id = ? AND superseded_by = ?",
-                        [old, new_id])
-        target = None
-        if supersedes is not None:
-            target = self._resolve(cur, project, supersedes, kind="decision", known=known)
-            if target == new_id or new_id in self._chain_down(cur, target):
-                raise InputError(f"supersedes={supersedes!r} would make a cycle of decisions; "
-                                 "a decision cannot supersede itself or one of its successors")
-        cur.execute("UPDATE units SET supersedes = ? WHERE id = ?", [target, new_id])
-        if target is not None:
-            cur.execute("UPDATE units SET superseded_by = ? WHERE id = ?", [new_id, target])
-
-    def _chain_down(self, cur: duckdb.DuckDBPyConnection, start: int) -> set[int]:
-        seen: set[int] = set()
-        current: int | None = start
-        while current is not None and current not in seen:
-            seen.add(current)
-            row = cur.execute("SELECT supersedes FROM units WHERE id = ?", [current]).fetchone()
-            current = row[0] if row else None
-        return seen
-
-    def _resolve(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
-                 kind: str | None = None, known: dict[str, tuple[int, str]] | None = None) -> int:
-        """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk);
-        `known` holds refs already read (ref -> first id, kind)."""
-        if known and ref_or_id in known:
-            uid, found = known[ref_or_id]
-            if kind is not None and found != kind:
-                raise InputError(f"{ref_or_id!r} is a {found}; only a {kind} can be named here")
-            return uid
-        ids = self._resolve_all(cur, project, ref_or_id)
-        if not ids:
-            raise InputError(f"{ref_or_id!r} names no unit in project {project!r}; "
-                             "pass a ref or id that recall_slate returned for this project")
-        if kind is not None:
-            found = cur.execute("SELECT kind FROM units WHERE id = ?", [ids[0]]).fetchone()[0]
-            if found != kind:
-                raise InputError(f"{ref_or_id!r} is a {found}; only a {kind} can be named here")
-        return ids[0]
-
-    def _resolve_all(self, cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str) -> list[int]:
-        rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
-                           [project, ref_or_id]).fetchall()
-        if not rows and UNIT_ID.fullmatch(ref_or_id):
-            rows = cur.execute("SELECT id FROM units WHERE project = ? AND id = ?",
-                               [project, int(ref_or_id.lstrip("#"))]).fetchall()
-        return [r[0] for r in rows]
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -391,7 +156,7 @@ class Store:
 
     def ids_for(self, project: str, ref_or_id: str) -> list[int]:
         """The unit ids a ref (all chunks) or an id names in a project; empty if none."""
-        return self._resolve_all(self.cursor(), project, ref_or_id)
+        return resolve_all(self.cursor(), project, ref_or_id)
 
     def _bump(self, cur: duckdb.DuckDBPyConnection, project: str, ids: Iterable[int]) -> None:
         """The project's next generation, with the units it changed (written, rewritten, renamed
@@ -411,7 +176,7 @@ class Store:
             cur = self.cursor()
             cur.execute("BEGIN")
             try:
-                resolved = {r: self._resolve_all(cur, project, r) for r in refs}
+                resolved = {r: resolve_all(cur, project, r) for r in refs}
                 missing = [r for r, ids in resolved.items() if not ids]
                 if missing:
                     raise InputError(f"nothing to forget for {missing} in project {project!r}; "
@@ -542,23 +307,6 @@ class Store:
         return int(row[0])
 
     # ---- sources that write on their own (note watcher) ---------------------------------------
-
-    def _unchanged_chunks(self, cur: duckdb.DuckDBPyConnection, project: str, item: Item,
-                         rows: list[tuple[Any, ...]]) -> dict[str, int]:
-        """The planned rows (see `_row`) whose stored row already holds the same content and
-        fields, as key -> id: an edit to one section of a note rewrites only that chunk, and the
-        others keep their recording time. An explicit `at` that differs rewrites them all."""
-        stored = {row[0]: row[1:] for row in cur.execute(
-            "SELECT key, id, kind, ref, chunk, text, tokens, session, role, speaker, title, status, "
-            "path, heading, recorded_at FROM units WHERE project = ? AND ref = ?",
-            [project, item.ref]).fetchall()}
-        kept = {}
-        for row in rows:  # row: key, kind, ref, chunk, hash, text, ..., heading, at
-            old = stored.get(row[0])  # id, kind, ref, chunk, text, ..., heading, recorded_at
-            same = old is not None and old[1:4] == row[1:4] and old[4:13] == row[5:14]
-            if same and (item.at is None or old[13] == item.at):
-                kept[row[0]] = int(old[0])
-        return kept
 
     def sources(self, project: str, ref_prefixes: tuple[str, ...], path_prefix: str = ""
                 ) -> list["SourceRow"]:

@@ -30,7 +30,7 @@ PARAMS: dict[str, Any] = {
     "bagging_freq": 1, "lambdarank_truncation_level": 64, "verbose": -1, "num_threads": 2,
 }
 ROUNDS, PATIENCE = 600, 50
-ENSEMBLE = 3  # boosters per model, seeds seed .. seed + ENSEMBLE - 1, scores averaged
+ENSEMBLE = 5  # boosters per model, seeds seed .. seed + ENSEMBLE - 1, scores averaged
 DENSE_DROPOUT = 0.3
 
 
