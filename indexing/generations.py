@@ -1,10 +1,14 @@
-"""Generation numbers cached in this process, shared by every Store on one file."""
+"""Generation numbers cached in this process, shared by every Store on one file, and caches of
+derived data that follow a project's generation."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Generations:
@@ -38,3 +42,29 @@ class Generations:
         """On open: while no Store here had the file open, another process may have written."""
         with self._lock:
             self._values.clear()
+
+
+class CarriedCache(Generic[K, V]):
+    """Per-project entries valid for one generation. When the generation moves, the previous
+    entries are carried over through `carry(entries, changed)`, which drops what the change log
+    (`changed`: the unit ids written since) makes stale; with no log that reaches back, the cache
+    starts empty. Callers fill the returned dict and clear it when it grows too large."""
+
+    def __init__(self, generation: Callable[[str], int],
+                 changed_between: Callable[[str, int, int], set[int] | None],
+                 carry: Callable[[str, dict[K, V], set[int]], dict[K, V]]) -> None:
+        self._generation, self._changed_between, self._carry = generation, changed_between, carry
+        self._entries: dict[str, tuple[int, dict[K, V]]] = {}
+        self._lock = threading.Lock()
+
+    def current(self, project: str) -> dict[K, V]:
+        generation = self._generation(project)
+        with self._lock:
+            entry = self._entries.get(project)
+        if entry is not None and entry[0] == generation:
+            return entry[1]
+        changed = self._changed_between(project, entry[0], generation) if entry else None
+        kept = {} if changed is None else self._carry(project, entry[1], changed)
+        with self._lock:
+            self._entries[project] = (generation, kept)
+        return kept

@@ -5,11 +5,11 @@ query reaches."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
+from .generations import CarriedCache
 from .store import Store
 
 Neighbours = dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
@@ -31,13 +31,13 @@ class _Order:
 class SessionIndex:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._cache: dict[str, tuple[int, dict[str, _Order]]] = {}
-        self._lock = threading.Lock()
+        self._orders: CarriedCache[str, _Order] = CarriedCache(store.generation, store.changed_between,
+                                                               self._carry)
 
     def around(self, project: str, sessions: Iterable[str | None]) -> SessionSnapshot:
         """The order of every unit in the named sessions (units without a session have none)."""
         names = sorted({s for s in sessions if s})
-        orders = self._orders(project)
+        orders = self._orders.current(project)
         missing = [n for n in names if n not in orders]
         if missing:
             fetched = self._read(project, missing)
@@ -53,23 +53,11 @@ class SessionIndex:
                 starts[name] = order.start
         return SessionSnapshot(neighbours, starts)
 
-    def _orders(self, project: str) -> dict[str, _Order]:
-        """The cache of the project's current generation. After a write it starts from the
-        previous one without the sessions the changed units were or now are in."""
-        generation = self.store.generation(project)
-        with self._lock:
-            entry = self._cache.get(project)
-        if entry is not None and entry[0] == generation:
-            return entry[1]
-        changed = self.store.changed_between(project, entry[0], generation) if entry else None
-        kept: dict[str, _Order] = {}
-        if changed is not None:
-            now_in = self._sessions_of(project, changed)
-            kept = {name: order for name, order in entry[1].items()
-                    if name not in now_in and changed.isdisjoint(order.neighbours)}
-        with self._lock:
-            self._cache[project] = (generation, kept)
-        return kept
+    def _carry(self, project: str, orders: dict[str, _Order], changed: set[int]) -> dict[str, _Order]:
+        """After a write: the sessions neither the changed units were nor now are in."""
+        now_in = self._sessions_of(project, changed)
+        return {name: order for name, order in orders.items()
+                if name not in now_in and changed.isdisjoint(order.neighbours)}
 
     def _sessions_of(self, project: str, ids: set[int]) -> set[str]:
         if not ids:

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 import duckdb
 
 from .errors import InputError, StoreError, StoreLocked
-from .generations import Generations
+from .generations import CarriedCache, Generations
 from .migrations import MIGRATIONS
 from .units import Item, Unit, check_project, chunk_item, content_hash
 from .writes import Prepared, WriteResult, now, resolve_all, write_batch
@@ -72,8 +72,12 @@ class Store:
         except duckdb.Error as exc:
             raise _open_error(self.path, exc) from exc
         self._write_lock = threading.Lock()
-        self._unit_cache: dict[str, tuple[int, dict[int, Unit]]] = {}
-        self._cache_lock = threading.Lock()
+        # units kept per project; decisions are not carried (their supersession links change
+        # with other decisions' writes)
+        self._units: CarriedCache[int, Unit] = CarriedCache(
+            self.generation, self.changed_between,
+            lambda _, units, changed: {i: u for i, u in units.items()
+                                       if i not in changed and u.kind != "decision"})
         try:
             self._conn.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
             self.generations = Generations.of(self.path)
@@ -236,7 +240,7 @@ class Store:
         ids = list(ids)
         if not ids:
             return {}
-        cache = self._cached_units(project) if cur is None else {}
+        cache = self._units.current(project) if cur is None else {}
         found = {i: u for i in ids if (u := cache.get(i)) is not None}
         missing = [i for i in ids if i not in found]
         if missing:
@@ -249,22 +253,6 @@ class Store:
             cache.update(fetched)
             found.update(fetched)
         return found
-
-    def _cached_units(self, project: str) -> dict[int, Unit]:
-        """The unit cache of the project's current generation. After a write it starts from the
-        previous one without the units the change log names, and without decisions (whose
-        supersession links change with other decisions' writes)."""
-        generation = self.generation(project)
-        with self._cache_lock:
-            entry = self._unit_cache.get(project)
-        if entry is not None and entry[0] == generation:
-            return entry[1]
-        changed = self.changed_between(project, entry[0], generation) if entry else None
-        kept = {} if changed is None else {i: u for i, u in entry[1].items()
-                                           if i not in changed and u.kind != "decision"}
-        with self._cache_lock:
-            self._unit_cache[project] = (generation, kept)
-        return kept
 
     def changed_between(self, project: str, since: int, generation: int) -> set[int] | None:
         """Units the change log names after `since` up to `generation`; None when it does not
