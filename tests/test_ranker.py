@@ -12,7 +12,7 @@ import pytest
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking import features as F
-from agentmemrec.ranking import train as T
+from agentmemrec.ranking.train import ENSEMBLE
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
@@ -107,7 +107,7 @@ def test_the_model_file_records_what_it_was_trained_with(trained):
     assert doc["embedder"].startswith("minilm@") and doc["reranker"] is None
     assert "locomo" in doc["data"][0] and doc["questions"] == 4 * 14
     assert doc["metrics"]["best_iteration"] >= 1 and "ndcg@10" in doc["metrics"]["valid"]
-    assert len(doc["models"]) == doc["ensemble"]["size"] == T.ENSEMBLE  # boosters averaged
+    assert len(doc["models"]) == doc["ensemble"]["size"] == ENSEMBLE  # boosters averaged
     model = RankerModel.load(out)
     assert model.check_models(doc["embedder"], None) == []
     assert "retrain" in model.check_models(None, None)[0]
