@@ -46,7 +46,7 @@ class Generations:
 
 class CarriedCache(Generic[K, V]):
     """Per-project entries valid for one generation. When the generation moves, the previous
-    entries are carried over through `carry(entries, changed)`, which drops what the change log
+    entries are carried over through `carry(project, entries, changed)`, which drops what the change log
     (`changed`: the unit ids written since) makes stale; with no log that reaches back, the cache
     starts empty. Callers fill the returned dict and clear it when it grows too large."""
 
