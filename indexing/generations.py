@@ -46,9 +46,9 @@ class Generations:
 
 class CarriedCache(Generic[K, V]):
     """Per-project entries valid for one generation. When the generation moves, the previous
-    entries are carried over through `carry(project, entries, changed)`, which drops what the change log
-    (`changed`: the unit ids written since) makes stale; with no log that reaches back, the cache
-    starts empty. Callers fill the returned dict and clear it when it grows too large."""
+    entries are carried over through `carry(project, entries, changed)`, which drops what the
+    change log (`changed`: the unit ids written since) makes stale; with no log that reaches back,
+    the cache starts empty. Callers fill the returned dict and clear it when it grows too large."""
 
     def __init__(self, generation: Callable[[str], int],
                  changed_between: Callable[[str, int, int], set[int] | None],
