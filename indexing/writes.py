@@ -163,7 +163,7 @@ def _link_supersession(cur: duckdb.DuckDBPyConnection, project: str, new_id: int
                     [old, new_id])
     target = None
     if supersedes is not None:
-        target = resolve(cur, project, supersedes, kind="decision", known=known)
+        target = _resolve(cur, project, supersedes, kind="decision", known=known)
         if target == new_id or new_id in _chain_down(cur, target):
             raise InputError(f"supersedes={supersedes!r} would make a cycle of decisions; "
                              "a decision cannot supersede itself or one of its successors")
@@ -180,8 +180,8 @@ def _chain_down(cur: duckdb.DuckDBPyConnection, start: int) -> set[int]:
         current = row[0] if row else None
     return seen
 
-def resolve(cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
-            kind: str | None = None, known: dict[str, tuple[int, str]] | None = None) -> int:
+def _resolve(cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
+             kind: str | None = None, known: dict[str, tuple[int, str]] | None = None) -> int:
     """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk);
     `known` holds refs already read (ref -> first id, kind)."""
     if known and ref_or_id in known:

@@ -12,10 +12,10 @@ import pytest
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking import features as F
-from agentmemrec.ranking.train import ENSEMBLE
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
+from agentmemrec.ranking.train import ENSEMBLE
 from agentmemrec.server.cli import main
 from helpers import write_locomo
 
