@@ -96,6 +96,28 @@ class QueryContext:
         return out
 
     @cached_property
+    def pair_dense(self) -> dict[int, dict[int, float]]:
+        """step (-1 previous, 1 next) -> unit id -> mean dense cosine of the unit and that
+        neighbour, for the pool's units that have both scores."""
+        scores = self.channel_scores.get("dense", {})
+        out: dict[int, dict[int, float]] = {-1: {}, 1: {}}
+        for c in self.pool:
+            found = self.neighbours.get(c.unit.id)
+            own = scores.get(c.unit.id)
+            for step, other in zip((-1, 1), found[:2] if found else (None, None)):
+                if own is not None and other is not None and other in scores:
+                    out[step][c.unit.id] = (own + scores[other]) / 2
+        return out
+
+    @cached_property
+    def pair_stats(self) -> dict[int, tuple[float, float, float]]:
+        out = {}
+        for step, values in self.pair_dense.items():
+            arr = np.fromiter(values.values(), dtype=np.float64)
+            out[step] = (arr.mean(), arr.std(), arr.max()) if len(arr) else (0.0, 0.0, 0.0)
+        return out
+
+    @cached_property
     def query_terms(self) -> frozenset[str]:
         return content_terms(self.query)
 
@@ -320,6 +342,33 @@ def dense_rank_in_session(c: Candidate, ctx: QueryContext) -> float:
     return math.log1p(sum(v > scores[c.unit.id] for v in ranked))
 
 
+def _pair(c: Candidate, ctx: QueryContext, step: int, z: bool) -> float:
+    """A turn read with its neighbour: an answer's words often do not name what the question
+    before them asked about. Mean of the two cosines (NaN without a dense score for both)."""
+    if "dense" not in ctx.channel_scores:
+        return NAN
+    values = ctx.pair_dense[step]
+    if not z:
+        return values.get(c.unit.id, NAN)
+    return _z(values, c.unit.id, ctx.pair_stats[step])
+
+
+def pair_prev_dense(c: Candidate, ctx: QueryContext) -> float:
+    return _pair(c, ctx, -1, False)
+
+
+def pair_next_dense(c: Candidate, ctx: QueryContext) -> float:
+    return _pair(c, ctx, 1, False)
+
+
+def pair_prev_dense_z(c: Candidate, ctx: QueryContext) -> float:
+    return _pair(c, ctx, -1, True)
+
+
+def pair_next_dense_z(c: Candidate, ctx: QueryContext) -> float:
+    return _pair(c, ctx, 1, True)
+
+
 Feature = Callable[[Candidate, QueryContext], float]
 GROUPS: dict[str, tuple[Feature, ...]] = {
     "relevance": (dense_cosine, dense_cosine_z, dense_rank, bm25_rank, bm25_score_norm, pool_position,
@@ -329,13 +378,15 @@ GROUPS: dict[str, tuple[Feature, ...]] = {
     "question": (query_wants_many, query_asks_when),
     "coding": (kind, decision_status),
     "session": (session_best_bm25_rank, session_best_dense_rank, session_hits, neighbour_bm25,
-                neighbour_dense, dense_gap_session, bm25_gap_session, dense_rank_in_session),
+                neighbour_dense, dense_gap_session, bm25_gap_session, dense_rank_in_session, pair_prev_dense,
+                pair_next_dense, pair_prev_dense_z, pair_next_dense_z),
 }
 FEATURES: tuple[Feature, ...] = tuple(f for group in GROUPS.values() for f in group)
 FEATURE_NAMES: tuple[str, ...] = tuple(f.__name__ for f in FEATURES)
 GROUP_OF: dict[str, str] = {f.__name__: g for g, fs in GROUPS.items() for f in fs}
 DENSE_FEATURES = ("dense_cosine", "dense_cosine_z", "dense_rank", "session_best_dense_rank", "neighbour_dense",
-                  "dense_gap_session", "dense_rank_in_session")
+                  "dense_gap_session", "dense_rank_in_session", "pair_prev_dense", "pair_next_dense",
+                  "pair_prev_dense_z", "pair_next_dense_z")
 
 
 def feature_matrix(pool: Sequence[Candidate], ctx: QueryContext) -> np.ndarray:

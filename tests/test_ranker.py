@@ -56,6 +56,11 @@ def test_context_and_session_features():
     assert rows[0]["neighbour_dense"] == pytest.approx(0.9)
     assert rows[1]["decision_status"] == F.STATUS_CODES["rejected"] and rows[1]["kind"] == 1.0
     assert rows[0]["session_position"] == 0.0 and rows[1]["session_position"] == 0.5
+    # a turn read with its neighbour: the mean of the two cosines, missing at a session's edge
+    assert math.isnan(rows[0]["pair_prev_dense"]) and rows[0]["pair_next_dense"] == pytest.approx(0.7)
+    assert rows[1]["pair_prev_dense"] == pytest.approx(0.7) and rows[1]["pair_next_dense"] == pytest.approx(0.5)
+    assert rows[0]["pair_next_dense_z"] == pytest.approx(1.0)  # normalised over the pool: 0.7 and 0.5
+    assert math.isnan(rows[1]["pair_prev_dense_z"])  # a single value has no spread to scale by
 
 
 def test_question_and_text_cue_features():
@@ -82,7 +87,9 @@ def test_without_an_embedder_the_session_dense_features_are_missing():
     pool = [cand(1, "hello?", 1, {"bm25": ChannelHit(1, 3.0)}, session="s")]
     row = dict(zip(F.FEATURE_NAMES, F.feature_matrix(pool, context(pool, {"bm25": {1: 3.0}}))[0]))
     assert math.isnan(row["dense_gap_session"]) and math.isnan(row["dense_rank_in_session"])
-    assert set(F.DENSE_FEATURES) >= {"dense_gap_session", "dense_rank_in_session"}
+    assert math.isnan(row["pair_prev_dense"]) and math.isnan(row["pair_next_dense_z"])
+    assert set(F.DENSE_FEATURES) >= {"dense_gap_session", "dense_rank_in_session", "pair_prev_dense",
+                                     "pair_next_dense", "pair_prev_dense_z", "pair_next_dense_z"}
 
 
 @pytest.fixture(scope="module")
