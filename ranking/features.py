@@ -61,9 +61,11 @@ class QueryContext:
 
     @cached_property
     def stats(self) -> dict[str, tuple[float, float, float]]:
-        """(mean, std, max) of each channel's scores over the pool, and of the cross-encoder's."""
+        """(mean, std, max) of each channel's scores over the pool, of the cross-encoder's and of
+        the pair means (`pair-1`, `pair1`)."""
         out = {}
-        for name, values in [*self.pool_scores.items(), ("cross_encoder", self.cross_encoder)]:
+        pairs = [(f"pair{step}", values) for step, values in self.pair_dense.items()]
+        for name, values in [*self.pool_scores.items(), ("cross_encoder", self.cross_encoder), *pairs]:
             arr = np.fromiter(values.values(), dtype=np.float64)
             out[name] = (arr.mean(), arr.std(), arr.max()) if len(arr) else (0.0, 0.0, 0.0)
         return out
@@ -107,14 +109,6 @@ class QueryContext:
             for step, other in zip((-1, 1), found[:2] if found else (None, None)):
                 if own is not None and other is not None and other in scores:
                     out[step][c.unit.id] = (own + scores[other]) / 2
-        return out
-
-    @cached_property
-    def pair_stats(self) -> dict[int, tuple[float, float, float]]:
-        out = {}
-        for step, values in self.pair_dense.items():
-            arr = np.fromiter(values.values(), dtype=np.float64)
-            out[step] = (arr.mean(), arr.std(), arr.max()) if len(arr) else (0.0, 0.0, 0.0)
         return out
 
     @cached_property
@@ -350,7 +344,7 @@ def _pair(c: Candidate, ctx: QueryContext, step: int, z: bool) -> float:
     values = ctx.pair_dense[step]
     if not z:
         return values.get(c.unit.id, NAN)
-    return _z(values, c.unit.id, ctx.pair_stats[step])
+    return _z(values, c.unit.id, ctx.stats[f"pair{step}"])
 
 
 def pair_prev_dense(c: Candidate, ctx: QueryContext) -> float:
