@@ -339,8 +339,6 @@ def dense_rank_in_session(c: Candidate, ctx: QueryContext) -> float:
 def _pair(c: Candidate, ctx: QueryContext, step: int, z: bool) -> float:
     """A turn read with its neighbour: an answer's words often do not name what the question
     before them asked about. Mean of the two cosines (NaN without a dense score for both)."""
-    if "dense" not in ctx.channel_scores:
-        return NAN
     values = ctx.pair_dense[step]
     if not z:
         return values.get(c.unit.id, NAN)
