@@ -95,7 +95,7 @@ class TimedRanker:
 def baseline_scan(store: Any, project: str, query: str, k: int = 256) -> list[int]:
     """The baseline without the product's caching: read the project's rows from DuckDB, tokenize,
     index with bm25s and score, all for this one query; returns the top-k unit ids."""
-    from agentmemrec.indexing.lexical import BM25_PARAMS, tokenize
+    from agentmemrec.indexing.lexical.postings import BM25_PARAMS, tokenize
     rows = store.cursor().execute(
         "SELECT id, concat_ws(chr(10), nullif(speaker, ''), nullif(title, ''), nullif(path, ''), "
         "nullif(heading, ''), text) FROM units WHERE project = ? ORDER BY id", [project]).fetchall()

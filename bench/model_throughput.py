@@ -36,8 +36,12 @@ def build_random(directory: Path, head: str) -> None:
     whose every word is one token, so sequence lengths are exact."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import (PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification,
-                              XLMRobertaModel)
+    from transformers import (
+        PreTrainedTokenizerFast,
+        XLMRobertaConfig,
+        XLMRobertaForSequenceClassification,
+        XLMRobertaModel,
+    )
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{f"w{i}": i + 4 for i in range(1000)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -54,7 +58,7 @@ def build_random(directory: Path, head: str) -> None:
 
 def has_fp16_copy(model_dir: Path) -> bool:
     """False for a missing install and for one made before installs wrote an FP16 copy."""
-    from agentmemrec.indexing.models import read_manifest
+    from agentmemrec.indexing.dense.models import read_manifest
     from agentmemrec.indexing.errors import StoreError
     try:
         return read_manifest(model_dir).fp16_file is not None
@@ -63,7 +67,7 @@ def has_fp16_copy(model_dir: Path) -> bool:
 
 
 def ensure_installed(home: Path, role: str, max_length: int) -> Path:
-    from agentmemrec.indexing.models import install, models_dir
+    from agentmemrec.indexing.dense.models import install, models_dir
     name = f"xlmr-large-random-{role}"
     if not has_fp16_copy(models_dir(home) / name):
         source = home / "sources" / role
@@ -99,7 +103,8 @@ def median_time(fn, repeats: int) -> float:
 
 def bench_embedder(model_dir: Path, spec: str, n: int, tokens: int, repeats: int) -> dict:
     import numpy as np
-    from agentmemrec.indexing.embedder import BATCH, OnnxEmbedder
+
+    from agentmemrec.indexing.dense.embedder import BATCH, OnnxEmbedder
     emb = OnnxEmbedder(model_dir, spec)
     on_device(spec, emb.device)
     texts = [text_of(tokens - 2, i) for i in range(n)]  # + <s> and </s>
@@ -114,6 +119,7 @@ def bench_embedder(model_dir: Path, spec: str, n: int, tokens: int, repeats: int
 
 def bench_reranker(model_dir: Path, spec: str, pairs: int, tokens: int, repeats: int) -> dict:
     import numpy as np
+
     from agentmemrec.ranking.cross_encoder import BATCH, OnnxReranker
     rr = OnnxReranker(model_dir, spec, limit=pairs)
     on_device(spec, rr.device)
@@ -132,7 +138,7 @@ def bench_reranker(model_dir: Path, spec: str, pairs: int, tokens: int, repeats:
 
 
 def bench_minilm(home: Path, spec: str, n: int, repeats: int) -> dict | None:
-    from agentmemrec.indexing.models import install, models_dir, resolve_source
+    from agentmemrec.indexing.dense.models import install, models_dir, resolve_source
     source = resolve_source("all-MiniLM-L6-v2")
     if source == "all-MiniLM-L6-v2":
         return None

@@ -41,14 +41,26 @@ from typing import Any
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (StandInEmbedder, TimedEmbedder, TimedRanker, baseline_scan, disk_bytes, median,  # noqa: E402
-                     peak_rss_mib, percentiles, server_pid, time_each, timed)
+from harness import (  # noqa: E402
+    StandInEmbedder,
+    TimedEmbedder,
+    TimedRanker,
+    baseline_scan,
+    disk_bytes,
+    median,
+    peak_rss_mib,
+    percentiles,
+    server_pid,
+    time_each,
+    timed,
+)
 from history import history, queries  # noqa: E402
 
-from agentmemrec.indexing.lexical import LexicalIndex  # noqa: E402
-from agentmemrec.indexing.models import active, install, models_dir, resolve_source  # noqa: E402
-from agentmemrec.indexing.backfill import embed_pending  # noqa: E402
-from agentmemrec.indexing.vectors import DenseIndex, VectorStore  # noqa: E402
+from agentmemrec.indexing.dense.backfill import embed_pending  # noqa: E402
+from agentmemrec.indexing.dense.index import DenseIndex  # noqa: E402
+from agentmemrec.indexing.dense.models import active, install, models_dir, resolve_source  # noqa: E402
+from agentmemrec.indexing.lexical.index import LexicalIndex  # noqa: E402
+from agentmemrec.indexing.store.vectors import VectorStore  # noqa: E402
 from agentmemrec.ranking.candidates import DEFAULT_POOL  # noqa: E402
 from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
 
@@ -118,7 +130,7 @@ def build_store(home: Path, size: int, ranker: Path) -> dict[str, Any]:
 
 def fill_vectors(home: Path, identity: str) -> dict[str, Any]:
     """Every unit's vector from the stand-in, through the product's backfill (`embed_pending`)."""
-    from agentmemrec.indexing.store import Store
+    from agentmemrec.indexing.store.duckdb_store import Store
     store = Store(home / "memory.duckdb")
     standin = TimedEmbedder(StandInEmbedder(identity))
     t0 = time.perf_counter()

@@ -11,8 +11,9 @@ handed, and nothing it holds is ever written to.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Callable, Generic, Protocol, Sequence, TypeVar
+from typing import Callable, Generic, Hashable, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -97,3 +98,35 @@ class Segments(Generic[P]):
 def keep_rows(dead: np.ndarray | None, n: int) -> np.ndarray:
     """Row positions that are live."""
     return np.arange(n) if dead is None else np.flatnonzero(~dead)
+
+
+S = TypeVar("S")
+
+
+class SnapshotCache(Generic[S]):
+    """The current snapshot of each project, shared by every reader of one index.
+
+    `key(project)` says which version of the rows is current (cheap: cached generations);
+    `advance(project, held)` brings the held snapshot (or None) up to it. Readers on other
+    projects or on an up-to-date snapshot never wait; one thread advances a project at a time."""
+
+    def __init__(self, key: Callable[[str], Hashable], key_of: Callable[[S], Hashable],
+                 advance: Callable[[str, S | None], S]) -> None:
+        self._key, self._key_of, self._advance = key, key_of, advance
+        self._snapshots: dict[str, S] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, project: str) -> bool:
+        return project in self._snapshots
+
+    def get(self, project: str) -> S:
+        key = self._key(project)
+        snap = self._snapshots.get(project)
+        if snap is not None and self._key_of(snap) == key:
+            return snap
+        with self._lock:
+            snap = self._snapshots.get(project)
+            if snap is None or self._key_of(snap) != self._key(project):
+                snap = self._advance(project, snap)
+                self._snapshots[project] = snap
+            return snap

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, get_args
 
-from .errors import InputError
-from .tokens import count_tokens, encoding
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.tokens import count_tokens, encoding
 
 Kind = Literal["turn", "decision", "note"]
 Role = Literal["user", "assistant", "system", "tool"]

@@ -9,7 +9,7 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..indexing.units import Unit
+from agentmemrec.indexing.units import Unit
 
 RRF_K = 60
 # On LoCoMo the RRF pool holds all of a question's evidence for 83.4% of questions at 128

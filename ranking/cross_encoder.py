@@ -13,9 +13,9 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..indexing.embedder import batches_by_length, load_tokenizer, pad
-from ..indexing.models import Manifest, active, models_dir, read_manifest
-from ..indexing.onnx_runtime import open_model
+from agentmemrec.indexing.dense.embedder import batches_by_length, load_tokenizer, pad
+from agentmemrec.indexing.dense.models import Manifest, active, models_dir, read_manifest
+from agentmemrec.indexing.dense.onnx_runtime import open_model
 
 BATCH = 16
 CPU_LIMIT = 24  # ~0.4 s a 256-token pair for XLM-R large on 2 cores: about 10 s, well inside 60 s

@@ -11,15 +11,15 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
 from datetime import datetime
+from functools import cached_property, lru_cache
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
-from ..indexing.units import Unit
-from .candidates import Candidate
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking.candidates import Candidate
 
 NAN = float("nan")
 STOPWORDS = frozenset(STOPWORDS_EN) | {"what", "who", "whom", "when", "where", "why", "how", "which", "did",

@@ -20,11 +20,11 @@ from typing import Any, Sequence
 import lightgbm as lgb
 import numpy as np
 
-from ..indexing.errors import StoreError
-from .candidates import Candidate
-from .cross_encoder import Reranker
-from .features import FEATURE_NAMES, QueryContext, feature_matrix, query_keys, units_needing_scores
-from .ranker import RankingContext, ScoredCandidate, cross_encode, in_order
+from agentmemrec.indexing.errors import StoreError
+from agentmemrec.ranking.candidates import Candidate
+from agentmemrec.ranking.cross_encoder import Reranker
+from agentmemrec.ranking.features import FEATURE_NAMES, QueryContext, feature_matrix, query_keys, units_needing_scores
+from agentmemrec.ranking.ranker import RankingContext, ScoredCandidate, cross_encode, in_order
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # 2: a list of boosters ("models"), averaged

@@ -15,17 +15,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..indexing.backfill import EmbeddingWorker
-from ..indexing.embedder import Embedder, OnnxEmbedder
-from ..indexing.errors import InputError, StoreError
-from ..indexing.lexical import Bm25Channel, LexicalIndex
-from ..indexing.models import INSTALL_HINT, active, models_dir
-from ..indexing.redact import redact_item
-from ..indexing.sessions import SessionIndex, SessionSnapshot
-from ..indexing.sink import Ingested
-from ..indexing.slates import SlateLog
-from ..indexing.store import Store, WriteResult
-from ..indexing.units import (
+from agentmemrec.indexing.dense.backfill import EmbeddingWorker
+from agentmemrec.indexing.dense.embedder import Embedder, OnnxEmbedder
+from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
+from agentmemrec.indexing.dense.models import INSTALL_HINT, active, models_dir
+from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
+from agentmemrec.indexing.redact import redact_item
+from agentmemrec.indexing.sources.sink import Ingested
+from agentmemrec.indexing.store.duckdb_store import Store, WriteResult
+from agentmemrec.indexing.store.sessions import SessionIndex, SessionSnapshot
+from agentmemrec.indexing.store.slates import SlateLog
+from agentmemrec.indexing.units import (
     Unit,
     check_names,
     check_project,
@@ -33,12 +34,11 @@ from ..indexing.units import (
     parse_time,
     validate_batch,
 )
-from ..indexing.vectors import DenseChannel, DenseIndex
-from .candidates import DEFAULT_POOL, Channel, Pool, generate_pool
-from .cross_encoder import Reranker, load_reranker
-from .learned import LearnedRanker, RankerModel
-from .ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
-from .slate import Slate, SlateInputs, build_slate
+from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
+from agentmemrec.ranking.cross_encoder import Reranker, load_reranker
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
+from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
-from ..indexing.sessions import SessionSnapshot
-from .candidates import Candidate, Channel
+from agentmemrec.indexing.store.sessions import SessionSnapshot
+from agentmemrec.ranking.candidates import Candidate, Channel
 
 if TYPE_CHECKING:
-    from .cross_encoder import Reranker
+    from agentmemrec.ranking.cross_encoder import Reranker
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal, Mapping, Sequence
 
-from ..indexing.tokens import count_tokens
-from ..indexing.units import Unit
-from .ranker import ScoredCandidate
+from agentmemrec.indexing.tokens import count_tokens
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking.ranker import ScoredCandidate
 
 Outcome = Literal["in_slate", "in_slate_as_successor", "skipped_over_budget",
                   "left_out_superseded"]

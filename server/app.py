@@ -14,13 +14,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..indexing.errors import InputError, StoreError
-from ..indexing.store import WriteResult
-from ..ranking.slate import Slate
-from .auth import StoreTokenVerifier, auth_settings, principal_access
-from .owner import SharedMemory, shared_memory
-from .settings import Access, Settings
-from .sources import background_sources
+from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.store.duckdb_store import WriteResult
+from agentmemrec.ranking.slate import Slate
+from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access
+from agentmemrec.server.owner import SharedMemory, shared_memory
+from agentmemrec.server.settings import Access, Settings
+from agentmemrec.server.sources import background_sources
 
 log = logging.getLogger("agentmemrec")
 T = TypeVar("T")

@@ -16,10 +16,10 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 
-from ..indexing.errors import StoreError
-from ..indexing.principals import Principal, hash_secret
-from .owner import SharedMemory
-from .settings import Access
+from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.store.principals import Principal, hash_secret
+from agentmemrec.server.owner import SharedMemory
+from agentmemrec.server.settings import Access
 
 log = logging.getLogger("agentmemrec.auth")
 

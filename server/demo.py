@@ -14,8 +14,8 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from .console import emit
-from .settings import HOME_ENV
+from agentmemrec.server.console import emit
+from agentmemrec.server.settings import HOME_ENV
 
 PROJECTS = ("payments-api", "web-frontend")
 QUERIES = (

@@ -28,14 +28,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..indexing import principals
-from ..indexing.errors import InputError, StoreError, StoreLocked
-from ..indexing.sink import Ingested
-from ..indexing.store import DatabaseError, SourceRow, WriteResult
-from ..ranking.memory import Memory, RecallConfig
-from ..ranking.slate import Slate
-from . import wire
-from .settings import Settings
+from agentmemrec.indexing.errors import InputError, StoreError, StoreLocked
+from agentmemrec.indexing.sources.sink import Ingested
+from agentmemrec.indexing.store import principals
+from agentmemrec.indexing.store.duckdb_store import DatabaseError, SourceRow, WriteResult
+from agentmemrec.ranking.memory import Memory, RecallConfig
+from agentmemrec.ranking.slate import Slate
+from agentmemrec.server import wire
+from agentmemrec.server.settings import Settings
 
 log = logging.getLogger("agentmemrec.owner")
 

@@ -10,10 +10,10 @@ from typing import Mapping
 
 import platformdirs
 
-from ..indexing.errors import InputError
-from ..indexing.notes import DEFAULT_GLOBS
-from ..indexing.units import check_project
-from ..ranking.candidates import DEFAULT_POOL
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.sources.notes import DEFAULT_GLOBS
+from agentmemrec.indexing.units import check_project
+from agentmemrec.ranking.candidates import DEFAULT_POOL
 
 HOME_ENV = "AGENTMEMREC_HOME"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split

@@ -15,12 +15,18 @@ from typing import AsyncIterator, Awaitable, Callable
 
 import anyio
 
-from ..indexing.capture import ImportReport, Target, capture_claude_code, import_files, transcript_files
-from ..indexing.notes import NoteRules
-from ..indexing.transcripts import ProjectMap, TranscriptOptions
-from ..indexing.watcher import NoteWatcher, SyncReport, watch_notes
-from ..indexing.sink import Sink
-from .settings import Settings
+from agentmemrec.indexing.sources.capture import (
+    ImportReport,
+    Target,
+    capture_claude_code,
+    import_files,
+    transcript_files,
+)
+from agentmemrec.indexing.sources.notes import NoteRules
+from agentmemrec.indexing.sources.sink import Sink
+from agentmemrec.indexing.sources.transcripts import ProjectMap, TranscriptOptions
+from agentmemrec.indexing.sources.watcher import NoteWatcher, SyncReport, watch_notes
+from agentmemrec.server.settings import Settings
 
 log = logging.getLogger("agentmemrec")
 

@@ -13,12 +13,12 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any, Callable
 
-from ..indexing.errors import InputError, StoreError
-from ..indexing.principals import Principal
-from ..indexing.sink import Ingested
-from ..indexing.store import SourceRow, WriteResult
-from ..indexing.units import Unit
-from ..ranking.slate import Slate, SlateItem
+from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.sources.sink import Ingested
+from agentmemrec.indexing.store.duckdb_store import SourceRow, WriteResult
+from agentmemrec.indexing.store.principals import Principal
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking.slate import Slate, SlateItem
 
 ERRORS: dict[str, type[Exception]] = {"input": InputError, "store": StoreError}
 

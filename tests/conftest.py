@@ -9,7 +9,8 @@ from mcp import Client
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
-from agentmemrec.server.settings import Settings
+
+from helpers import settings_for
 
 
 @pytest.fixture
@@ -28,10 +29,6 @@ def memory(home: Path) -> Memory:
     mem = Memory.open(home)
     yield mem
     mem.close()
-
-
-def settings_for(home: Path, project: str = "alpha", allow: str = "") -> Settings:
-    return Settings(home=home, project=project, allowed=frozenset({project, *filter(None, allow.split(","))}))
 
 
 @pytest.fixture

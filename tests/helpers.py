@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from mcp import Client
+
+from agentmemrec.server.settings import Settings
+
+
+def settings_for(home: Path, project: str = "alpha", allow: str = "") -> Settings:
+    return Settings(home=home, project=project, allowed=frozenset({project, *filter(None, allow.split(","))}))
 
 
 async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:

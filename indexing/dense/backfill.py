@@ -1,0 +1,103 @@
+"""Embedding what lacks a current vector: in the background for the server, in the foreground
+for imports and evaluation, with an optional cache of vectors by text across fresh stores."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from typing import Callable
+
+import numpy as np
+
+from agentmemrec.indexing.dense.embedder import Embedder
+from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
+from agentmemrec.indexing.store.vectors import VectorStore
+
+log = logging.getLogger(__name__)
+EMBED_BATCH = 256  # units embedded and stored in one transaction: what a recall sees appear at once
+WORKER_CALL = 640  # units per background pass before it looks at the stop flag again
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def embed_pending(vectors: VectorStore, embedder: Embedder, project: str | None = None,
+                  cache: EmbeddingCache | None = None, limit: int | None = None,
+                  progress: Callable[[int], None] | None = None) -> int:
+    """Embed units that lack a current vector, in batches; returns how many were embedded."""
+    done = 0
+    for window in vectors.pending_windows(project):
+        for i in range(0, len(window), EMBED_BATCH):
+            if limit is not None and done >= limit:
+                return done
+            units = window[i:i + EMBED_BATCH]
+            vecs = _embed_with_cache(embedder, [u.index_text() for u in units], cache)
+            vectors.put(units, vecs, [u.content_hash for u in units])
+            done += len(units)
+            if progress:
+                progress(len(units))
+    return done
+
+
+def _embed_with_cache(embedder: Embedder, texts: list[str], cache: EmbeddingCache | None) -> np.ndarray:
+    if cache is None:
+        return embedder.embed(texts)
+    hashes = [text_hash(t) for t in texts]
+    known = cache.get(embedder.identity, hashes)
+    missing = [i for i, h in enumerate(hashes) if h not in known]
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    if missing:
+        fresh = embedder.embed([texts[i] for i in missing])
+        cache.put(embedder.identity, [hashes[i] for i in missing], fresh)
+        out[missing] = fresh
+    for i, h in enumerate(hashes):
+        if h in known:
+            out[i] = known[h]
+    return out
+
+
+class EmbeddingWorker:
+    """Embeds new units in the background so `remember` never waits for the model."""
+
+    def __init__(self, vectors: VectorStore, embedder: Embedder) -> None:
+        self.vectors = vectors
+        self.embedder = embedder
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agentmemrec-embedder", daemon=True)
+
+    def start(self) -> "EmbeddingWorker":
+        self._thread.start()
+        self.notify()
+        return self
+
+    def notify(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=30)
+            self._wake.clear()
+            try:
+                n = embed_pending(self.vectors, self.embedder, limit=WORKER_CALL)
+                if n:
+                    log.debug("embedded %d units", n)
+                    self._wake.set()  # more may be waiting
+                    continue
+            except Exception:  # keep serving lexically; the next wake-up retries
+                log.exception("background embedding failed")
+            if not self._wake.is_set():
+                self._idle.set()

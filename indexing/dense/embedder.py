@@ -1,0 +1,93 @@
+"""Dense text embeddings: the `Embedder` protocol and its ONNX Runtime implementation."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from agentmemrec.indexing.dense.models import Manifest, read_manifest
+from agentmemrec.indexing.dense.onnx_runtime import open_model
+
+BATCH = 32
+
+
+class Embedder(Protocol):
+    identity: str  # model name and content hash: what stored vectors record
+    dim: int
+    device: str
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...  # (n, dim) float32, L2-normalised
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Average of the token vectors under the attention mask (sentence-transformers' mean pooling)."""
+    weights = mask[..., None].astype(np.float32)
+    return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+
+
+def cls_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The first token's vector (BERT's [CLS], XLM-RoBERTa's <s>), as bge-m3 pools."""
+    return hidden[:, 0]
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def load_tokenizer(model_dir: Path, max_length: int) -> Tokenizer:
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.enable_truncation(max_length=max_length, strategy="longest_first")
+    tok.no_padding()
+    return tok
+
+
+def batches_by_length(lengths: list[int], size: int) -> list[list[int]]:
+    """Indices grouped so each batch holds texts of similar length (less padding)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def pad(ids: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(x) for x in ids)
+    out = np.full((len(ids), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(ids), width), dtype=np.int64)
+    for i, row in enumerate(ids):
+        out[i, :len(row)] = row
+        mask[i, :len(row)] = 1
+    return out, mask
+
+
+class OnnxEmbedder:
+    """An encoder exported to ONNX, pooled and normalised as its manifest says."""
+
+    def __init__(self, model_dir: Path, device: str = "auto", manifest: Manifest | None = None) -> None:
+        """`device` is a spec: auto, cpu or cuda, optionally :fp32 or :fp16 (onnx_runtime.parse_spec)."""
+        self.manifest = manifest or read_manifest(model_dir)
+        self.identity = self.manifest.identity
+        self.dim = self.manifest.dim
+        self.session, plan = open_model(model_dir, self.manifest, device)
+        self.device, self.precision = plan.device, plan.precision
+        self.tokenizer = load_tokenizer(model_dir, self.manifest.max_length)
+        self.pad_id = self.tokenizer.token_to_id("[PAD]") or self.tokenizer.token_to_id("<pad>") or 0
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.pool = mean_pool if self.manifest.pooling == "mean" else cls_pool
+        self._lock = threading.Lock()  # one run at a time: the session already uses every core
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        encoded = [e.ids for e in self.tokenizer.encode_batch(texts)]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for idx in batches_by_length([len(e) for e in encoded], BATCH):
+            ids, mask = pad([encoded[i] for i in idx], self.pad_id)
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self.inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            with self._lock:
+                hidden = self.session.run(None, feed)[0]
+            out[idx] = self.pool(hidden.astype(np.float32), mask)
+        return l2_normalise(out) if self.manifest.normalize else out

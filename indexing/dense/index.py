@@ -1,0 +1,150 @@
+"""The dense channel: an in-memory snapshot per project of the vectors the store holds
+(indexing/store/vectors.py), following writes and new vectors.
+
+Search is an exact inner product over the project's current vectors, held in memory as float32
+(float16 on disk) in a few immutable parts (indexing/segments.py): a write or a new batch of
+vectors marks the changed units' old rows dead and adds a part for their current vectors, found
+through the change logs, so nothing is reloaded whole after the first load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+
+from agentmemrec.indexing.dense.embedder import Embedder
+from agentmemrec.indexing.segments import Segments, SnapshotCache, keep_rows
+from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.vectors import WINDOW, Vectors, VectorStore
+
+
+@dataclass(frozen=True)
+class DenseHit:
+    unit_id: int
+    rank: int
+    score: float
+
+
+def merge_vectors(parts: Sequence[Vectors], dead: Sequence[np.ndarray | None]) -> Vectors:
+    """The live rows of several parts as one part, ids ascending."""
+    keep = [keep_rows(d, len(p.ids)) for p, d in zip(parts, dead)]
+    ids = np.concatenate([p.ids[k] for p, k in zip(parts, keep)])
+    dest = np.empty(len(ids), dtype=np.int64)
+    dest[np.argsort(ids, kind="stable")] = np.arange(len(ids))
+    matrix = np.empty((len(ids), parts[0].matrix.shape[1]), dtype=np.float32)
+    start = 0
+    for p, k, d in zip(parts, keep, dead):
+        matrix[dest[start:start + len(k)]] = p.matrix if d is None else p.matrix[k]
+        start += len(k)
+    return Vectors(np.sort(ids), matrix)
+
+
+@dataclass(frozen=True)
+class DenseSnapshot:
+    project: str
+    key: tuple[int, int]  # (store generation, vector generation)
+    segments: Segments[Vectors]
+    dim: int
+
+    @cached_property
+    def _row_ids(self) -> np.ndarray:
+        parts = self.segments.parts
+        return np.concatenate([p.ids for p in parts]) if parts else np.zeros(0, np.int64)
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """Units with a current vector, ascending."""
+        return np.sort(self._row_ids[self._rows(np.unique(self._row_ids))[0]])
+
+    def _rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        starts = self.segments.offsets()
+        found = self.segments.locate(ids)
+        if not found:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return (np.concatenate([starts[i] + pos for i, pos, _ in found]),
+                np.concatenate([w for _, _, w in found]))
+
+    def similarities(self, query: np.ndarray) -> np.ndarray:
+        """Cosine with every row, parts end to end; dead rows -inf."""
+        q = query.astype(np.float32)
+        out = [p.matrix @ q if d is None else np.where(d, -np.inf, p.matrix @ q).astype(np.float32)
+               for p, d in zip(self.segments.parts, self.segments.dead)]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+    def search(self, query: np.ndarray, k: int, exclude: set[int] | frozenset[int] = frozenset()) -> list[DenseHit]:
+        scores = self.similarities(query)
+        if exclude and len(scores):
+            scores[self._rows(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = -np.inf
+        k = min(k, int(np.isfinite(scores).sum()))
+        if k <= 0:
+            return []
+        top = np.argpartition(-scores, k - 1)[:k]
+        ids = self._row_ids
+        top = top[np.lexsort((ids[top], -scores[top]))]
+        return [DenseHit(int(ids[p]), r, float(scores[p])) for r, p in enumerate(top, 1)]
+
+    def lookup(self, query: np.ndarray, ids: list[int]) -> dict[int, float]:
+        """Cosine similarity of the query with the given units that have a vector."""
+        if not ids:
+            return {}
+        wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
+        out: dict[int, float] = {}
+        for i, pos, which in self.segments.locate(wanted):
+            sims = self.segments.parts[i].matrix[pos] @ query.astype(np.float32)
+            out.update(zip(wanted[which].tolist(), sims.tolist()))
+        return out
+
+    def advanced(self, key: tuple[int, int], changed: np.ndarray, fresh: Vectors) -> "DenseSnapshot":
+        return DenseSnapshot(self.project, key, self.segments.without(changed).plus(fresh, merge_vectors),
+                             self.dim or fresh.matrix.shape[1])
+
+
+class DenseIndex:
+    """Hands out the current dense snapshot of a project, catching up with writes and new vectors."""
+
+    def __init__(self, store: Store, embedder: Embedder) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.vectors = VectorStore(store, embedder.identity)
+        self._snapshots: SnapshotCache[DenseSnapshot] = SnapshotCache(
+            lambda project: (store.generation(project), self.vectors.generation(project)),
+            lambda snap: snap.key, self._advance)
+
+    def snapshot(self, project: str) -> DenseSnapshot:
+        return self._snapshots.get(project)
+
+    def _advance(self, project: str, snap: DenseSnapshot | None) -> DenseSnapshot:
+        found = self.vectors.changes_since(project, snap.key) if snap is not None else None
+        if snap is None or found is None or len(found[1]) > max(WINDOW, snap.segments.live // 2):
+            key, parts = self.vectors.load(project)
+            return DenseSnapshot(project, key, Segments(tuple(parts), (None,) * len(parts)), self.embedder.dim)
+        key, changed, fresh = found
+        return snap.advanced(key, changed, fresh or Vectors(np.zeros(0, np.int64),
+                                                              np.zeros((0, self.embedder.dim), np.float32)))
+
+
+class DenseChannel:
+    """The dense candidate channel: the query embedded once, searched over the snapshot."""
+
+    name = "dense"
+
+    def __init__(self, index: DenseIndex) -> None:
+        self.index = index
+        self._last: tuple[str, np.ndarray] | None = None
+
+    def query_vector(self, query: str) -> np.ndarray:
+        last = self._last
+        if last is None or last[0] != query:
+            last = (query, self.index.embedder.embed([query])[0])
+            self._last = last
+        return last[1]
+
+    def search(self, project: str, query: str, k: int, exclude: set[int]) -> list[DenseHit]:
+        return self.index.snapshot(project).search(self.query_vector(query), k, exclude)
+
+    def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
+        """Cosine similarity of given units (absent for a unit not embedded yet)."""
+        return self.index.snapshot(project).lookup(self.query_vector(query), ids)

@@ -1,0 +1,338 @@
+"""The BM25 channel: one index per project, derived from the store's rows, following every write.
+
+The index holds term frequencies and document lengths (indexing/lexical/postings.py) and scores
+at query time with Lucene's BM25 over the live documents, so its scores equal those of bm25s
+built from scratch over the same rows. It is a few immutable parts (indexing/segments.py): a
+write adds a small part for the changed rows and marks their old rows dead, found through the
+store's change log; nothing is re-tokenized. It is saved to disk when a part of
+`PERSIST_ROWS` or more appears, stamped with what it was built from; a restart loads it and
+catches up from the log. `CURRENT` names the live manifest and is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentmemrec.indexing.lexical.postings import (
+    BM25_PARAMS,
+    TOKENIZER,
+    LexicalHit,
+    Postings,
+    bm25_idf,
+    bm25_tf,
+    build_postings,
+    merge_postings,
+    tokenize,
+)
+from agentmemrec.indexing.segments import Segments, SnapshotCache
+from agentmemrec.indexing.store.changes import Changes, changes_since, scan_units
+from agentmemrec.indexing.store.duckdb_store import Store
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 3  # 2: a digest of each file; 3: postings in immutable parts
+PERSIST_ROWS = 5_000  # a part this large is worth saving; smaller ones are replayed from the log
+
+
+@dataclass(frozen=True)
+class LexicalSnapshot:
+    """A read-only BM25 index over one generation of a project's units."""
+
+    project: str
+    generation: int
+    vocab: dict[str, int]  # shared and append-only: a term id past a part's terms has no postings there
+    segments: Segments[Postings]
+    total_length: int  # tokens in the live documents
+    _last: list = field(default_factory=lambda: [None], compare=False, repr=False)  # (query, scores)
+
+    def _terms(self, query: str) -> dict[int, int]:
+        """Query term ids with their counts (bm25s adds a repeated query term once per repeat)."""
+        counts: dict[int, int] = {}
+        for token in tokenize([query])[0]:
+            if token in self.vocab:
+                counts[self.vocab[token]] = counts.get(self.vocab[token], 0) + 1
+        return counts
+
+    def _scores(self, query: str) -> np.ndarray:
+        """BM25 of every row of every part laid end to end (dead rows score 0); the last query's
+        scores are kept, since a recall asks for them twice."""
+        last = self._last[0]
+        if last is not None and last[0] == query:
+            return last[1]
+        segs = self.segments
+        out = np.zeros(int(segs.offsets()[-1]), dtype=np.float32)
+        n = segs.live
+        if n:
+            avg, starts = self.total_length / n, segs.offsets()
+            for term, count in self._terms(query).items():
+                hits = [self._live_postings(i, term) for i in range(len(segs.parts))]
+                idf = count * bm25_idf(sum(len(d) for d, _ in hits), n)
+                for i, (docs, tfs) in enumerate(hits):
+                    if len(docs):
+                        tf = bm25_tf(tfs, segs.parts[i].lengths[docs], avg, BM25_PARAMS["k1"], BM25_PARAMS["b"])
+                        out[starts[i] + docs] += (idf * tf).astype(np.float32)
+        self._last[0] = (query, out)
+        return out
+
+    def _live_postings(self, i: int, term: int) -> tuple[np.ndarray, np.ndarray]:
+        docs, tfs = self.segments.parts[i].postings(term)
+        dead = self.segments.dead[i]
+        if dead is not None and len(docs):
+            live = ~dead[docs]
+            return docs[live], tfs[live]
+        return docs, tfs
+
+    @cached_property
+    def _row_ids(self) -> np.ndarray:
+        return np.concatenate([p.ids for p in self.segments.parts]) if self.segments.parts else np.zeros(0, np.int64)
+
+    def _positions(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (parts laid end to end) of the live units among `ids`, and which of `ids` they are."""
+        starts = self.segments.offsets()
+        found = self.segments.locate(ids)
+        rows = [starts[i] + pos for i, pos, _ in found]
+        which = [w for _, _, w in found]
+        return (np.concatenate(rows), np.concatenate(which)) if rows else (np.zeros(0, np.int64),) * 2
+
+    def search(self, query: str, k: int, exclude: set[int] | frozenset[int] = frozenset()) -> list[LexicalHit]:
+        """Top-k units by BM25 score (ties: lower id first), excluding ineligible ids; zero-score
+        units never count."""
+        scores = self._scores(query)
+        if exclude:
+            scores = scores.copy()
+            scores[self._positions(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = 0.0
+        positive = np.flatnonzero(scores > 0)
+        if len(positive) > k > 0:  # only rows scoring at least the k-th best can be in the top k
+            kth = np.partition(scores[positive], len(positive) - k)[len(positive) - k]
+            positive = positive[scores[positive] >= kth]
+        ids = self._row_ids
+        order = positive[np.lexsort((ids[positive], -scores[positive]))][:k]
+        return [LexicalHit(int(ids[p]), r, float(scores[p])) for r, p in enumerate(order, 1)]
+
+    def score_units(self, query: str, ids: list[int]) -> dict[int, float]:
+        """BM25 scores of given units (0 for a unit that shares no term with the query)."""
+        if not ids:
+            return {}
+        wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
+        rows, which = self._positions(wanted)
+        return dict(zip(wanted[which].tolist(), self._scores(query)[rows].tolist()))
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """The live unit ids, ascending."""
+        rows, _ = self._positions(np.unique(self._row_ids))
+        return np.sort(self._row_ids[rows])
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 of each live unit, in the order of `ids`."""
+        rows, which = self._positions(self.ids)
+        out = np.zeros(len(self.ids), dtype=np.float32)
+        out[which] = self._scores(query)[rows]
+        return out
+
+    def advanced(self, changes: Changes) -> "LexicalSnapshot":
+        """This snapshot with the changed units' old rows dead and their current rows added."""
+        segs = self.segments
+        gone = sum(int(segs.parts[i].lengths[pos].sum()) for i, pos, _ in segs.locate(changes.ids))
+        added = build_postings(changes.units, self.vocab)
+        segs = segs.without(changes.ids).plus(added, merge_postings)
+        return LexicalSnapshot(self.project, changes.generation, self.vocab, segs,
+                               self.total_length - gone + int(added.lengths.sum()))
+
+
+class LexicalIndex:
+    """Hands out the current snapshot for a project, catching up with the store's writes."""
+
+    def __init__(self, store: Store, root: Path) -> None:
+        self.store = store
+        self.root = Path(root)
+        self._snapshots: SnapshotCache[LexicalSnapshot] = SnapshotCache(
+            store.generation, lambda snap: snap.generation,
+            lambda project, held: self._advance(project, held or self._load(project)))
+
+    def snapshot(self, project: str) -> LexicalSnapshot:
+        return self._snapshots.get(project)
+
+    def loaded(self, project: str) -> bool:
+        """Whether a snapshot of the project is held in memory."""
+        return project in self._snapshots
+
+    def _advance(self, project: str, snap: LexicalSnapshot | None) -> LexicalSnapshot:
+        """Catch up through the change log; rebuild when the log cannot say what changed or when
+        more than half the project did."""
+        changes = changes_since(self.store, project, snap.generation) if snap is not None else None
+        if snap is None or changes is None or len(changes.ids) > max(PERSIST_ROWS, snap.segments.live // 2):
+            return self.rebuild(project)
+        if changes.generation == snap.generation:
+            return snap
+        new = snap.advanced(changes)
+        newest = new.segments.parts[-1] if new.segments.parts else None
+        if newest is not None and len(newest.ids) >= PERSIST_ROWS and newest.name not in self._saved(project):
+            self._persist(new)
+        return new
+
+    def rebuild(self, project: str) -> LexicalSnapshot:
+        """From every row, a chunk of rows per part (memory stays bounded)."""
+        vocab: dict[str, int] = {}
+        parts: list[Postings] = []
+        generation = scan_units(self.store, project, lambda units: parts.append(build_postings(units, vocab)))
+        segs = Segments(tuple(parts), (None,) * len(parts))  # one part per chunk: no copy of the whole
+        snap = LexicalSnapshot(project, generation, vocab, segs, sum(int(p.lengths.sum()) for p in parts))
+        self._persist(snap)
+        return snap
+
+    # ---- on disk ----------------------------------------------------------------------------
+    # base/CURRENT names the live snapshot directory (its manifest, vocabulary and dead rows);
+    # base/parts/ holds the immutable parts, shared by successive snapshots, so a save writes
+    # only the parts that are new. The manifest records a digest of every file it relies on.
+
+    def _stamp(self, project: str) -> dict[str, Any]:
+        return {"format": FORMAT_VERSION, "project": project, "schema": self.store.schema_version,
+                "tokenizer": TOKENIZER, "bm25": BM25_PARAMS}
+
+    def _live(self, project: str) -> tuple[Path, dict[str, Any]] | None:
+        """The live snapshot directory and its manifest, or None when there is none yet."""
+        base = self.root / project
+        if not (base / "CURRENT").exists():
+            return None
+        live = (base / "CURRENT").read_text().strip()
+        if not live or "/" in live or live.startswith(".") or live == PARTS:
+            raise ValueError(f"CURRENT names {live!r}, not a snapshot")
+        return base / live, json.loads((base / live / "manifest.json").read_text())
+
+    def _saved(self, project: str) -> set[str]:
+        try:
+            live = self._live(project)
+        except (OSError, ValueError):
+            return set()
+        return set(live[1]["parts"]) if live else set()
+
+    def _load(self, project: str) -> LexicalSnapshot | None:
+        try:
+            live = self._live(project)
+            if live is None:
+                return None
+            snap_dir, manifest = live
+            if manifest.get("stamp") != self._stamp(project):
+                return None  # built by another version or for another schema
+            files = _snapshot_files(snap_dir, manifest)
+            if {name: _digest(path) for name, path in files.items()} != manifest["files"]:
+                raise ValueError("a file differs from the one the manifest recorded")
+            terms = json.loads(files["vocab.json"].read_text())
+            parts = []
+            for name in manifest["parts"]:
+                with np.load(files[f"part-{name}"]) as z:
+                    parts.append(Postings(z["ids"], z["lengths"], z["indptr"], z["docs"], z["tfs"], name))
+            dead = np.load(files["dead.npz"]) if "dead.npz" in files else {}
+            masks = tuple(_mask(dead.get(p.name), len(p.ids)) for p in parts)
+        except Exception as exc:  # a damaged index is rebuilt from the rows, never trusted
+            log.warning("lexical index for %r is unreadable (%s); rebuilding", project, exc)
+            return None
+        _sweep(snap_dir.parent, snap_dir.name, set(manifest["parts"]))
+        return LexicalSnapshot(project, int(manifest["generation"]), {t: i for i, t in enumerate(terms)},
+                               Segments(tuple(parts), masks), int(manifest["total_length"]))
+
+    def _persist(self, snap: LexicalSnapshot) -> None:
+        """Save, or keep serving it unsaved (it is derived: the next start rebuilds or replays)."""
+        try:
+            self._save(snap)
+        except OSError as exc:
+            log.warning("could not save the lexical index for %r (%s); using it unsaved", snap.project, exc)
+
+    def _save(self, snap: LexicalSnapshot) -> None:
+        base = self.root / snap.project
+        (base / PARTS).mkdir(parents=True, exist_ok=True)
+        for part in snap.segments.parts:
+            path = base / PARTS / f"part-{part.name}.npz"
+            if not path.exists():
+                tmp = base / PARTS / f".part-{part.name}.tmp.npz"
+                np.savez(tmp, ids=part.ids, lengths=part.lengths, indptr=part.indptr, docs=part.docs, tfs=part.tfs)
+                os.replace(tmp, path)
+        name = f"g{snap.generation}-{uuid.uuid4().hex[:8]}"
+        tmp = base / f".{name}.tmp"
+        tmp.mkdir()
+        (tmp / "vocab.json").write_text(json.dumps(list(snap.vocab)))  # insertion order is id order
+        dead = {p.name: np.flatnonzero(d) for p, d in zip(snap.segments.parts, snap.segments.dead) if d is not None}
+        if dead:
+            np.savez(tmp / "dead.npz", **dead)
+        manifest = {"stamp": self._stamp(snap.project), "generation": snap.generation,
+                    "total_length": snap.total_length, "parts": [p.name for p in snap.segments.parts],
+                    "dead": bool(dead)}
+        manifest["files"] = {n: _digest(f) for n, f in _snapshot_files(tmp, manifest).items()}
+        (tmp / "manifest.json").write_text(json.dumps(manifest))
+        os.replace(tmp, base / name)
+        pointer = base / f".CURRENT.{name}"
+        pointer.write_text(name)
+        if (base / "CURRENT").is_dir():  # damaged beyond reading: a file cannot replace it
+            shutil.rmtree(base / "CURRENT")
+        os.replace(pointer, base / "CURRENT")  # the swap: readers see the old or the new, whole
+        _sweep(base, name, set(manifest["parts"]))
+
+
+PARTS = "parts"
+
+
+def _snapshot_files(snap_dir: Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """Every file a snapshot relies on, by the name its manifest records it under."""
+    files = {"vocab.json": snap_dir / "vocab.json"}
+    if manifest["dead"]:
+        files["dead.npz"] = snap_dir / "dead.npz"
+    for name in manifest["parts"]:
+        files[f"part-{name}"] = snap_dir.parent / PARTS / f"part-{name}.npz"
+    return files
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of a file, so a damaged one is noticed at load instead of scoring wrong."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sweep(base: Path, live: str, parts: set[str]) -> None:
+    """Only the store's owner process builds, one save at a time: anything here but the live
+    snapshot and its parts is an older snapshot or what a save killed half-way left behind."""
+    for old in base.iterdir():
+        if old.name in ("CURRENT", live, PARTS):
+            continue
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+    for old in (base / PARTS).iterdir() if (base / PARTS).is_dir() else ():
+        if old.name.removeprefix("part-").removesuffix(".npz") not in parts:
+            old.unlink(missing_ok=True)
+
+
+def _mask(dead_rows: np.ndarray | None, n: int) -> np.ndarray | None:
+    if dead_rows is None:
+        return None
+    mask = np.zeros(n, dtype=bool)
+    mask[dead_rows] = True
+    return mask
+
+
+class Bm25Channel:
+    """The lexical candidate channel over a `LexicalIndex`."""
+
+    name = "bm25"
+
+    def __init__(self, index: LexicalIndex) -> None:
+        self.index = index
+
+    def search(self, project: str, query: str, k: int, exclude: set[int]) -> list[LexicalHit]:
+        return self.index.snapshot(project).search(query, k, exclude)
+
+    def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
+        """BM25 scores of given units (0 for a unit that shares no term with the query)."""
+        return self.index.snapshot(project).score_units(query, ids)

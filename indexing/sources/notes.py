@@ -1,0 +1,203 @@
+"""What a project note is, and reading one from disk.
+
+A note is a Markdown, reStructuredText or plain-text file (the globs are configurable) under a
+watched folder that git would not ignore, outside hidden and build folders, not binary and not
+over the size limit. Paths are relative to the project root: the nearest folder above the watched
+one that holds `.git`, else the watched folder itself, so `--watch docs` in a repository still
+stores `docs/adr/0007-message-broker.md`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Iterator, Literal, Mapping
+
+import pathspec
+
+from agentmemrec.indexing.redact import redact
+from agentmemrec.indexing.sources.adr import Adr, parse_adr
+from agentmemrec.indexing.units import MAX_TEXT_BYTES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GLOBS = ("*.md", "*.markdown", "*.mdx", "*.rst", "*.txt")
+BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "target", "_build",
+                        "venv", "__pycache__", "site-packages", "vendor", "coverage", "htmlcov"})
+SNIFF_BYTES = 8192
+Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
+               "unreadable"]
+
+
+@dataclass(frozen=True)
+class NoteRules:
+    """Which files are notes. Globs match file names; `max_bytes` is at most the unit limit."""
+
+    globs: tuple[str, ...] = DEFAULT_GLOBS
+    max_bytes: int = MAX_TEXT_BYTES
+    skip_dirs: frozenset[str] = BUILD_DIRS
+
+    def is_note_name(self, name: str) -> bool:
+        return any(fnmatch.fnmatch(name.lower(), g.lower()) for g in self.globs)
+
+    def folder_skip(self, name: str) -> Skip | None:
+        if name.startswith("."):
+            return "hidden"
+        return "build-folder" if name in self.skip_dirs else None
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A watched folder and the project root its note paths are relative to."""
+
+    root: Path
+    folder: Path
+
+    @classmethod
+    def of(cls, folder: Path | str) -> "Tree":
+        folder = Path(folder).resolve()
+        root = next((p for p in (folder, *folder.parents) if (p / ".git").exists()), folder)
+        return cls(root, folder)
+
+    @property
+    def scope(self) -> str:
+        """The folder as a path prefix under the root ('' when it is the root)."""
+        rel = self.folder.relative_to(self.root).as_posix()
+        return "" if rel == "." else rel + "/"
+
+    def rel(self, path: Path | str) -> str | None:
+        """`path` relative to the root, if it lies inside the watched folder."""
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(self.folder)
+        except ValueError:
+            return None
+        return (PurePosixPath(self.scope) / rel.as_posix()).as_posix() if rel.parts else None
+
+
+@dataclass(frozen=True)
+class Ignores:
+    """The .gitignore files seen so far: (folder relative to the root, its patterns)."""
+
+    specs: tuple[tuple[str, pathspec.GitIgnoreSpec], ...] = ()
+
+    def adding(self, base: str, text: str) -> "Ignores":
+        spec = pathspec.GitIgnoreSpec.from_lines(text.splitlines())
+        return Ignores(self.specs + ((base, spec),))
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        """Git's rule: the deepest .gitignore with a matching pattern decides."""
+        verdict = False
+        for base, spec in sorted(self.specs, key=lambda s: s[0].count("/")):
+            if base and not rel.startswith(base):
+                continue
+            result = spec.check_file(rel[len(base):] + ("/" if is_dir else ""))
+            if result.include is not None:
+                verdict = result.include
+        return verdict
+
+
+def ignores_above(tree: Tree, rel: str) -> Ignores:
+    """The .gitignore files of every folder above `rel` (a file, or a folder ending in '/'),
+    from the project root down."""
+    if not rel:
+        return Ignores()
+    parts = rel.rstrip("/").split("/")[:-1]
+    ignores = Ignores()
+    for depth in range(len(parts) + 1):
+        base = "".join(f"{p}/" for p in parts[:depth])
+        ignores = _read_ignore(tree.root / base, base, ignores)
+    return ignores
+
+
+def _read_ignore(folder: Path, base: str, ignores: Ignores) -> Ignores:
+    try:
+        return ignores.adding(base, (folder / ".gitignore").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return ignores
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A note file as read: its text (redacted when redaction is on) and, if any, its ADR."""
+
+    path: str
+    text: str
+    adr: Adr | None = None
+    redactions: Mapping[str, int] = field(default_factory=dict, compare=False)
+
+
+def walk(tree: Tree, rules: NoteRules, under: str | None = None
+         ) -> Iterator[tuple[str, Path | Skip]]:
+    """(path, file) for every note file in the watched folder (or its sub-folder `under`, a
+    path ending in '/'), and (path, reason) for what is skipped. Ignored, hidden and build
+    folders are not entered."""
+    under = tree.scope if under is None else under
+    ignores = ignores_above(tree, under)
+    skipped = _folder_skip(under, rules, ignores) if under != tree.scope else None
+    if skipped:
+        yield under, skipped
+        return
+    start = tree.root / under
+    for dirpath, dirnames, filenames in os.walk(start):
+        here = Path(dirpath)
+        base = here.relative_to(tree.root).as_posix()
+        base = "" if base == "." else base + "/"
+        if ".gitignore" in filenames:
+            ignores = _read_ignore(here, base, ignores)
+        kept = []
+        for name in sorted(dirnames):
+            reason = rules.folder_skip(name) or (
+                "gitignored" if ignores.ignored(base + name, True) else None)
+            if reason:
+                yield base + name + "/", reason
+            else:
+                kept.append(name)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            yield base + name, classify(base + name, rules, ignores) or here / name
+
+
+def _folder_skip(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
+    for name in rel.rstrip("/").split("/"):
+        reason = rules.folder_skip(name)
+        if reason:
+            return reason
+    return "gitignored" if ignores.ignored(rel.rstrip("/"), True) else None
+
+
+def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
+    """Why a file is not a note, from its path alone; None when it may be one."""
+    parts = rel.split("/")
+    for folder in parts[:-1]:
+        reason = rules.folder_skip(folder)
+        if reason:
+            return reason
+    if parts[-1].startswith("."):
+        return "hidden"
+    if not rules.is_note_name(parts[-1]):
+        return "not-a-note"
+    return "gitignored" if ignores.ignored(rel, False) else None
+
+
+def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool) -> Doc | Skip:
+    """The note at `file`, or why it is skipped (binary, too large, empty, unreadable)."""
+    try:
+        if file.stat().st_size > rules.max_bytes:
+            return "too-large"
+        data = file.read_bytes()
+    except OSError:
+        return "unreadable"
+    if b"\x00" in data[:SNIFF_BYTES]:
+        return "binary"
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return "binary"
+    if not text.strip():
+        return "empty"
+    found = redact(text) if redacting else None
+    text = found.text if found else text
+    return Doc(rel, text, parse_adr(rel, text), found.counts if found else {})

@@ -1,0 +1,309 @@
+"""The note watcher: files in a folder kept in step with a project's `note` and `decision` units.
+
+The logic is one pure function, `reconcile`: from the notes as read (`Doc`s) and what the store
+holds for this folder, to the ingest actions (renames, writes, forgets). Everything else is an
+adapter around it: `NoteWatcher` turns watchfiles' change sets into re-read documents and applies
+the plan, and `watch_notes` is the awatch loop. The first pass and every restart run the same
+reconciliation, so changes made while nothing watched are picked up and nothing is duplicated.
+
+The watcher owns the units whose ref starts with `file:` (notes: `file:<path>`) or `adr:`
+(decisions from ADRs) and whose path lies under the watched folder; notes that clients write
+through `remember` are keyed by their plain path and are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import anyio
+from anyio.abc import TaskStatus
+from watchfiles import Change, awatch
+
+from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.sources.adr import assign_refs, decision_item, resolve_links
+from agentmemrec.indexing.sources.notes import (
+    Doc,
+    Ignores,
+    NoteRules,
+    Skip,
+    Tree,
+    classify,
+    ignores_above,
+    read_doc,
+    walk,
+)
+from agentmemrec.indexing.sources.sink import Sink, batches
+from agentmemrec.indexing.store.duckdb_store import SourceRow
+from agentmemrec.indexing.units import MAX_BATCH, content_hash, validate_item
+
+log = logging.getLogger(__name__)
+
+NOTE_PREFIX, ADR_PREFIX = "file:", "adr:"
+OWNED_PREFIXES = (NOTE_PREFIX, ADR_PREFIX)
+DEBOUNCE_MS, STEP_MS = 1600, 50  # watchfiles: a burst is grouped until 50 ms pass without events
+WAKE_MS = 250  # how soon the first (empty) batch tells the loop the OS watch is live
+
+
+@dataclass(frozen=True)
+class Rename:
+    old_ref: str
+    new_ref: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ingest actions, applied in this order: renames (keep unit ids), writes, forgets."""
+
+    renames: tuple[Rename, ...] = ()
+    writes: tuple[dict[str, Any], ...] = ()
+    forgets: tuple[SourceRow, ...] = ()
+    invalid: tuple[str, ...] = ()  # paths whose item the store would refuse
+
+
+def desired_items(docs: Mapping[str, Doc]) -> dict[str, dict[str, Any]]:
+    """ref -> remember item for every document: notes as `file:<path>` notes, ADRs as
+    decisions with their status and resolved supersession links."""
+    adrs = {path: doc.adr for path, doc in docs.items() if doc.adr is not None}
+    refs = assign_refs(adrs)
+    links = resolve_links(adrs, refs)
+    items = {}
+    for path, doc in sorted(docs.items()):
+        if doc.adr is None:
+            items[NOTE_PREFIX + path] = {"kind": "note", "ref": NOTE_PREFIX + path, "path": path,
+                                         "text": doc.text}
+        else:
+            items[refs[path]] = decision_item(path, doc.adr, refs[path], links.get(path))
+    return items
+
+
+def item_hash(raw: Mapping[str, Any]) -> str:
+    """The content hash the store will compute for this item (InputError if it would refuse it)."""
+    return content_hash(validate_item(dict(raw)))
+
+
+def reconcile(docs: Mapping[str, Doc], stored: Mapping[str, SourceRow]) -> Plan:
+    """What to do so the store holds exactly the documents: write what is new or changed,
+    forget what has no file any more, and rename in place an item whose file moved with its
+    content unchanged (same kind, and the same hash once given the old path)."""
+    wanted, hashes, invalid = {}, {}, []
+    for ref, raw in desired_items(docs).items():
+        try:
+            hashes[ref], wanted[ref] = item_hash(raw), raw
+        except InputError as exc:
+            invalid.append(f"{raw['path']}: {exc}")
+    orphans = {ref: row for ref, row in stored.items() if ref not in wanted}
+    renames = []
+    for ref in (r for r in wanted if r not in stored):
+        moved = _moved_from(wanted[ref], orphans)
+        if moved is not None:
+            renames.append(Rename(moved, ref, wanted[ref]["path"]))
+            del orphans[moved]
+    writes = [raw for ref, raw in wanted.items()
+              if ref not in stored or stored[ref].content_hash != hashes[ref]]
+    return Plan(tuple(renames), tuple(_dependency_order(writes)),
+                tuple(orphans[ref] for ref in sorted(orphans)), tuple(invalid))
+
+
+def _moved_from(raw: Mapping[str, Any], orphans: Mapping[str, SourceRow]) -> str | None:
+    for ref, row in orphans.items():
+        if row.kind == raw["kind"] and item_hash({**raw, "path": row.path}) == row.content_hash:
+            return ref
+    return None
+
+
+def _dependency_order(writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Notes, then decisions with each one's predecessor first, so even one-by-one writes
+    never name a decision that is not stored yet."""
+    by_ref = {w["ref"]: w for w in writes}
+    out: list[dict[str, Any]] = []
+    placed: set[str] = set()
+
+    def place(item: dict[str, Any]) -> None:
+        if item["ref"] in placed:
+            return
+        placed.add(item["ref"])
+        if item.get("supersedes") in by_ref:
+            place(by_ref[item["supersedes"]])
+        out.append(item)
+
+    for item in sorted(writes, key=lambda w: (w["kind"] == "decision", w["ref"])):
+        place(item)
+    return out
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What one pass did."""
+
+    written: int = 0
+    renamed: int = 0
+    forgotten: int = 0
+    failed: tuple[str, ...] = ()
+    redactions: Mapping[str, int] = field(default_factory=dict)
+    paths: tuple[str, ...] = ()  # paths written, renamed to or forgotten
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.renamed or self.forgotten)
+
+
+class NoteWatcher:
+    """The stateful adapter: the documents as last read, re-read on change, reconciled with the
+    store after every batch. Its methods block; the async loop runs them in a worker thread."""
+
+    def __init__(self, sink: Sink, project: str, folder: Path | str,
+                 rules: NoteRules = NoteRules()) -> None:
+        if not Path(folder).is_dir():
+            raise InputError(f"cannot watch {folder}: not a directory")
+        self.sink, self.project, self.rules = sink, project, rules
+        self.tree = Tree.of(folder)
+        self.docs: dict[str, Doc] = {}
+        self._skipped: set[tuple[str, str]] = set()
+        self._stale = True  # the store may differ from the documents: reconcile on the next pass
+
+    def handle(self, changes: Iterable[tuple[Change, str]] | None = None) -> SyncReport:
+        """A full scan (changes None, or a .gitignore changed) or a batch of changes, then
+        the reconciliation. Errors are logged, never raised: the watcher outlives a bad pass."""
+        try:
+            before = self.docs
+            changes = None if changes is None else set(changes)
+            if changes is None or any(Path(p).name == ".gitignore" for _, p in changes):
+                self.docs = self._read_all(self.tree.scope)
+            else:
+                for _, path in sorted(changes, key=lambda c: c[1]):
+                    self._reread(path)
+                if self.docs == before and not self._stale:  # saved unchanged, or not a note
+                    return SyncReport()
+            self._stale = True
+            report = self._apply(self._plan())
+            self._stale = False
+            return report
+        except (StoreError, OSError, InputError) as exc:
+            log.error("note watcher %s: %s", self.tree.folder, exc)
+            return SyncReport(failed=(str(exc),))
+        except Exception as exc:  # noqa: BLE001 - a background task must not take the server down
+            log.exception("note watcher %s failed", self.tree.folder)
+            return SyncReport(failed=(repr(exc),))
+
+    def wants(self, _change: Change, path: str) -> bool:
+        """watchfiles' filter: notes, .gitignore files and folders, outside hidden and build
+        folders (so .git churn never wakes the watcher)."""
+        rel = self.tree.rel(path)
+        if rel is None:
+            return False
+        if Path(path).name == ".gitignore":
+            return not any(self.rules.folder_skip(part) for part in rel.split("/")[:-1])
+        reason = classify(rel, self.rules, Ignores())
+        if reason != "not-a-note":
+            return reason is None
+        return Path(path).is_dir() or any(p.startswith(rel + "/") for p in self.docs)
+
+    def _read_all(self, under: str) -> dict[str, Doc]:
+        docs = {}
+        for rel, found in walk(self.tree, self.rules, under):
+            doc = found if isinstance(found, str) else read_doc(rel, found, self.rules, self.sink.redact)
+            if isinstance(doc, Doc):
+                docs[rel] = doc
+            else:
+                self._skip(rel, doc)
+        return docs
+
+    def _reread(self, path: str) -> None:
+        rel = self.tree.rel(path)
+        if rel is None:
+            return
+        self.docs = {p: d for p, d in self.docs.items() if p != rel and not p.startswith(rel + "/")}
+        if Path(path).is_dir():  # a folder created or moved in: its files gave no events
+            self.docs.update(self._read_all(rel + "/"))
+        elif Path(path).is_file():
+            reason = classify(rel, self.rules, ignores_above(self.tree, rel))
+            doc = reason or read_doc(rel, Path(path), self.rules, self.sink.redact)
+            if isinstance(doc, Doc):
+                self.docs[rel] = doc
+            else:
+                self._skip(rel, doc)
+
+    def _skip(self, rel: str, reason: Skip) -> None:
+        if (rel, reason) not in self._skipped:  # each skip is logged once
+            self._skipped.add((rel, reason))
+            log.debug("not a note: %s (%s)", rel, reason)
+
+    def _plan(self) -> Plan:
+        stored = self.sink.store.sources(self.project, OWNED_PREFIXES, self.tree.scope)
+        return reconcile(self.docs, {row.ref: row for row in stored})
+
+    def _apply(self, plan: Plan) -> SyncReport:
+        failed, renamed = list(plan.invalid), 0
+        for rename in plan.renames:
+            try:
+                renamed += bool(self.sink.store.rename_ref(self.project, rename.old_ref,
+                                                           rename.new_ref, rename.path))
+            except InputError as exc:  # the new ref was taken meanwhile: the write stores it anew
+                failed.append(f"{rename.path}: {exc}")
+        written, redactions = self._write(list(plan.writes), failed)
+        forgotten = self._forget(list(plan.forgets), failed)
+        for problem in failed:
+            log.warning("note watcher %s: not stored: %s", self.tree.folder, problem)
+        paths = ([r.path for r in plan.renames] + [w["path"] for w in plan.writes]
+                 + [row.path for row in plan.forgets])
+        report = SyncReport(written, renamed, forgotten, tuple(failed), dict(redactions),
+                            tuple(dict.fromkeys(paths)))
+        if report.changed:
+            log.info("notes in %s: %d written, %d renamed, %d removed", self.tree.folder,
+                     report.written, report.renamed, report.forgotten)
+        return report
+
+    def _write(self, items: list[dict[str, Any]], failed: list[str]) -> tuple[int, Counter[str]]:
+        """In batches; a refused batch is retried item by item so one bad file blocks nothing."""
+        redactions: Counter[str] = Counter()
+        for item in items:
+            redactions.update(self._doc_redactions(item))
+        written = 0
+        for batch in batches(items, MAX_BATCH):
+            try:
+                written += self.sink.ingest(self.project, list(batch)).changed
+            except InputError:
+                for item in batch:
+                    try:
+                        written += self.sink.ingest(self.project, [item]).changed
+                    except InputError as exc:
+                        failed.append(f"{item['path']}: {exc}")
+        return written, redactions
+
+    def _doc_redactions(self, item: Mapping[str, Any]) -> Mapping[str, int]:
+        doc = self.docs.get(item["path"])
+        return doc.redactions if doc else {}
+
+    def _forget(self, rows: list[SourceRow], failed: list[str]) -> int:
+        forgotten = 0
+        for row in rows:  # one by one: a ref a client forgot meanwhile is no error
+            try:
+                forgotten += bool(self.sink.forget(self.project, [row.ref]))
+            except InputError as exc:
+                failed.append(f"{row.path}: {exc}")
+        return forgotten
+
+
+async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteRules = NoteRules(),
+                      *, on_sync: Callable[[SyncReport], None] | None = None,
+                      task_status: TaskStatus[SyncReport] = anyio.TASK_STATUS_IGNORED
+                      ) -> None:
+    """Watch `folder` until cancelled. The first (empty) batch arrives once the OS watch is
+    live; the full reconciliation runs then, so no change can fall between scan and watch."""
+    watcher = NoteWatcher(sink, project, folder, rules)
+    started = False  # events name paths under the folder as given: give the resolved one
+    async for changes in awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
+                                step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
+        if started and not changes:
+            continue
+        report = await anyio.to_thread.run_sync(watcher.handle, changes if started else None)
+        if not started:
+            started = True
+            task_status.started(report)
+        elif on_sync is not None and report.changed:
+            on_sync(report)

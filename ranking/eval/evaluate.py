@@ -1,0 +1,333 @@
+"""`agentmemrec eval`: evidence selection measured stage by stage on LoCoMo and LongMemEval.
+
+Each conversation (LoCoMo) or question haystack (LongMemEval) is written to a fresh temporary
+store through `Memory.remember`, the write path the MCP tool uses; each question then runs the
+product's selection (`Memory.select` then `Memory.build` per budget, the code `recall` runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import duckdb
+from tqdm import tqdm
+
+from agentmemrec.indexing.dense.backfill import embed_pending
+from agentmemrec.indexing.dense.embedder import Embedder
+from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
+from agentmemrec.indexing.dense.models import INSTALL_HINT
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
+from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
+from agentmemrec.ranking.candidates import DEFAULT_POOL
+from agentmemrec.ranking.cross_encoder import Reranker, load_reranker
+from agentmemrec.ranking.eval.benchmarks import Case, Question, read_cases
+from agentmemrec.ranking.eval.metrics import Outcome, by_category, summarize
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build, load_embedder
+from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
+
+log = logging.getLogger(__name__)
+PROJECT = "eval"
+FEATURES_VARIANT = "features"
+DEFAULT_BUDGETS = (2400, 2550, 2700)
+WRITE_BATCH = 1000
+
+
+class Unavailable(Exception):
+    """A variant whose models are not installed: reported, never silently replaced."""
+
+
+@dataclass(frozen=True)
+class EvalModels:
+    """Models loaded once for a whole run, and the embedding cache shared by its stores."""
+
+    embedder: Embedder | None = None
+    reranker: Reranker | None = None
+    cache: EmbeddingCache | None = None
+    missing: str = "no embedder installed"
+    ranker_model: RankerModel | None = None  # default: the model shipped in the package
+
+
+class CaseStores:
+    """One case's temporary store and the derived indexes its variants share."""
+
+    def __init__(self, root: Path, models: EvalModels, config: RecallConfig) -> None:
+        self.store = Store(root / "memory.duckdb")
+        self.models = models
+        self.config = config
+        self.bm25 = Bm25Channel(LexicalIndex(self.store, root / "index" / "bm25"))
+        self.dense_index = DenseIndex(self.store, models.embedder) if models.embedder else None
+
+    def dense(self) -> DenseChannel:
+        if self.dense_index is None:
+            raise Unavailable(self.models.missing)
+        return DenseChannel(self.dense_index)
+
+    def reranker(self) -> Reranker:
+        if self.models.reranker is None:
+            raise Unavailable("no reranker installed; install one with: agentmemrec models install "
+                              "BAAI/bge-reranker-v2-m3 --as reranker")
+        return self.models.reranker
+
+    def ranker_model(self) -> RankerModel:
+        return self.models.ranker_model or RankerModel.load()
+
+    def memory(self, channels: list, ranker: Ranker | None = None) -> Memory:
+        return Memory(self.store, channels, ranker, self.config, dense=self.dense_index)
+
+
+VARIANTS: dict[str, Callable[[CaseStores], Memory]] = {
+    "bm25": lambda c: c.memory([c.bm25]),
+    "dense": lambda c: c.memory([c.dense()]),
+    "rrf": lambda c: c.memory([c.bm25, c.dense()]),
+    "rerank": lambda c: c.memory([c.bm25, c.dense()], CrossEncoderRanker(c.reranker())),
+    "full": lambda c: c.memory([c.bm25, c.dense()], LearnedRanker(c.ranker_model(), c.models.reranker)),
+    # features only, in pool order: what training and cross-validation collect
+    FEATURES_VARIANT: lambda c: c.memory([c.bm25, c.dense()], LearnedRanker(None, c.models.reranker)),
+}
+
+
+def load_models(home: Path, variants: Sequence[str], device: str = "auto",
+                rerank_limit: int | None = None, cache: bool = True,
+                ranker_model: RankerModel | None = None) -> EvalModels:
+    """The active models of `home`, loaded only if a requested variant needs them."""
+    check_variants(variants)
+    needs_dense = any(v != "bm25" for v in variants)
+    embedder = load_embedder(home, device) if needs_dense else None
+    reranker = load_reranker(home, device, rerank_limit) if "rerank" in variants or "full" in variants else None
+    return EvalModels(embedder, reranker, open_cache(home) if cache and embedder is not None else None,
+                      f"no embedder installed under {home}; install one with: {INSTALL_HINT}", ranker_model)
+
+
+def check_variants(variants: Sequence[str]) -> list[str]:
+    unknown = [v for v in variants if v not in VARIANTS or v == FEATURES_VARIANT]
+    if unknown:
+        names = ", ".join(v for v in VARIANTS if v != FEATURES_VARIANT)
+        raise InputError(f"unknown variant(s) {unknown}; available: {names}")
+    return list(variants)
+
+
+def open_cache(home: Path) -> EmbeddingCache | None:
+    try:
+        return EmbeddingCache(home / "cache" / "embeddings.duckdb")
+    except duckdb.IOException as exc:  # another evaluation holds it: run without, say so
+        log.warning("embedding cache unavailable (%s); embedding without it", str(exc).split(":")[0])
+        return None
+
+
+@dataclass
+class VariantRun:
+    name: str
+    outcomes: dict[int, list[Outcome]] = field(default_factory=dict)  # budget -> outcomes
+    latency_ms: dict[int, list[float]] = field(default_factory=dict)
+    unavailable: str | None = None
+
+
+def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str]:
+    qids = [q.qid for c in cases for q in c.questions]
+    if limit is None or limit >= len(qids):
+        return set(qids)
+    return set(random.Random(seed).sample(qids, limit))
+
+
+def _lost_to(selection: Selection, slate_refs: set[str], evidence: frozenset[str]) -> str | None:
+    """For a complete pool and incomplete slate: 'ranking' if some missing evidence ranked below
+    the last item that made the slate, else 'budget' (it ranked higher but did not fit)."""
+    included = [sc.rank for sc in selection.ranked if sc.unit.ref in slate_refs]
+    cutoff = max(included, default=0)
+    missing = [sc.rank for sc in selection.ranked if sc.unit.ref in evidence - slate_refs]
+    return "ranking" if any(r > cutoff for r in missing) else "budget"
+
+
+def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: Sequence[int],
+             limit: int | None = None, seed: int = 0, pool_size: int = DEFAULT_POOL,
+             per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
+             keep: Keeper | None = None) -> tuple[list[VariantRun], dict[str, float]]:
+    """Run each variant on each question. With `keep`, the hidden features variant runs too and
+    its selections go to `keep` (for cross-validated training) instead of being scored."""
+    variants = check_variants(variants) + ([FEATURES_VARIANT] if keep is not None else [])
+    cases = list(read_cases(dataset, paths))
+    chosen = select_questions(cases, limit, seed)
+    runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}) for v in variants}
+    cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}
+    config = RecallConfig(pool_size=pool_size)
+    bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=False, mininterval=1.0)
+    for case in cases:
+        questions = [q for q in case.questions if q.qid in chosen]
+        if not questions:
+            continue
+        with tempfile.TemporaryDirectory(prefix="agentmemrec-eval-") as tmp:
+            stores = CaseStores(Path(tmp), models, config)
+            try:
+                memories = _open_variants(runs, stores)
+                _ingest(stores, memories, case, cost)
+                for q in questions:
+                    _ask(q, case, memories, runs, budgets, per_question, keep)
+                    bar.update(1)
+            finally:
+                stores.store.close()
+    bar.close()
+    return [r for r in runs.values() if r.name != FEATURES_VARIANT], cost
+
+
+def _open_variants(runs: dict[str, VariantRun], stores: CaseStores) -> dict[str, Memory]:
+    memories = {}
+    for name, run in runs.items():
+        try:
+            memories[name] = VARIANTS[name](stores)
+        except Unavailable as exc:
+            run.unavailable = str(exc)
+    return memories
+
+
+def _ingest(stores: CaseStores, memories: dict[str, Memory], case: Case, cost: dict[str, float]) -> None:
+    """Write through `remember`, then embed what a dense variant needs (the product's background
+    worker does this after `remember` returns; here it is awaited and timed apart)."""
+    if not memories:
+        return
+    start = time.perf_counter()
+    writer = next(iter(memories.values()))
+    for i in range(0, len(case.items), WRITE_BATCH):
+        writer.remember(PROJECT, case.items[i:i + WRITE_BATCH])
+    cost["ingest_s"] += time.perf_counter() - start
+    cost["ingest_units"] += len(case.items)
+    if stores.dense_index is not None and any(m.dense for m in memories.values()):
+        start = time.perf_counter()
+        cost["embed_units"] += embed_pending(stores.dense_index.vectors, stores.models.embedder,
+                                             PROJECT, stores.models.cache)
+        cost["embed_s"] += time.perf_counter() - start
+    for memory in memories.values():
+        memory.warm(PROJECT)
+
+
+def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, VariantRun],
+         budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None) -> None:
+    for name, memory in memories.items():
+        t0 = time.perf_counter()
+        selection = memory.select(PROJECT, q.text, q.as_of)
+        select_ms = (time.perf_counter() - t0) * 1000
+        if keep is not None and name == FEATURES_VARIANT:
+            keep(Kept(case.case_id, q, selection, select_ms))
+            continue
+        record_selection(runs[name], case.case_id, q, selection, select_ms, budgets, per_question)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A question's selection kept for cross-validated ranking (pool, features, slate inputs)."""
+
+    case_id: str
+    question: Question
+    selection: Selection
+    select_ms: float
+
+
+Keeper = Callable[[Kept], None]
+
+
+def record_selection(run: VariantRun, case_id: str, q: Question, selection: Selection, select_ms: float,
+                     budgets: Sequence[int], per_question: list[dict[str, Any]] | None) -> None:
+    """Build the slate at each budget and compare it with the evidence."""
+    pool = frozenset(c.unit.ref for c in selection.pool.candidates)
+    record: dict[str, Any] = {"variant": run.name, "case": case_id, "qid": q.qid, "category": q.category,
+                              "question": q.text, "as_of": q.as_of.isoformat() if q.as_of else None,
+                              "evidence": sorted(q.evidence), "in_pool": sorted(q.evidence & pool),
+                              "in_slate": {}}
+    for budget in budgets:
+        t1 = time.perf_counter()
+        slate = build(selection, budget)
+        run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
+        refs = {it.unit.ref for it in slate.items}
+        lost = None
+        if q.evidence <= pool and not q.evidence <= refs:
+            lost = _lost_to(selection, refs, q.evidence)
+        run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost))
+        record["in_slate"][str(budget)] = sorted(q.evidence & refs)
+    if per_question is not None:
+        per_question.append(record)
+
+
+def records(dataset: str, runs: list[VariantRun], cost: dict[str, float]) -> list[dict[str, Any]]:
+    """One JSON record per (variant, budget)."""
+    out = []
+    ingest_rate = cost["ingest_units"] / cost["ingest_s"] if cost["ingest_s"] else None
+    embed_rate = cost["embed_units"] / cost["embed_s"] if cost["embed_s"] else None
+    for run in runs:
+        for budget, outcomes in run.outcomes.items():
+            lat = sorted(run.latency_ms[budget])
+            out.append({
+                "dataset": dataset, "variant": run.name, "budget": budget,
+                "available": run.unavailable is None, "unavailable_reason": run.unavailable,
+                **summarize(outcomes), "by_category": by_category(outcomes),
+                "recall_p50_ms": statistics.median(lat) if lat else None,
+                "recall_p95_ms": lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else None,
+                "ingest_units_per_s": ingest_rate, "embed_units_per_s": embed_rate,
+            })
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def format_table(recs: list[dict[str, Any]]) -> str:
+    head = ("variant", "budget", "questions", "pool", "slate", "cond_rank", "recall", "p50_ms",
+            "p95_ms", "ingest/s", "lost:pool/rank/budget")
+    rows = [head]
+    for r in recs:
+        if not r["available"]:
+            rows.append((r["variant"], str(r["budget"]), "unavailable: " + str(r["unavailable_reason"]),
+                         *[""] * 8))
+            continue
+        rows.append((r["variant"], str(r["budget"]), str(r["questions"]), _pct(r["pool_completeness"]),
+                     _pct(r["slate_completeness"]), _pct(r["conditional_ranking_completeness"]),
+                     _pct(r["evidence_recall"]), _ms(r["recall_p50_ms"]), _ms(r["recall_p95_ms"]),
+                     "-" if r["ingest_units_per_s"] is None else f"{r['ingest_units_per_s']:.0f}",
+                     f"{r['lost_never_in_pool']}/{r['lost_in_ranking']}/{r['lost_to_budget']}"))
+    cat_rows = [("variant", "budget", "category", "questions", "pool", "slate", "cond_rank", "recall")]
+    for r in recs:
+        for cat, m in (r["by_category"] or {}).items():
+            cat_rows.append((r["variant"], str(r["budget"]), cat, str(m["questions"]),
+                             _pct(m["pool_completeness"]), _pct(m["slate_completeness"]),
+                             _pct(m["conditional_ranking_completeness"]), _pct(m["evidence_recall"])))
+    return _grid(rows) + "\n\nby category\n" + _grid(cat_rows)
+
+
+def _grid(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def plot(recs: list[dict[str, Any]], path: Path) -> None:
+    try:
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        raise InputError("--plot needs matplotlib: pip install 'agentmemrec[plot]'") from None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant in dict.fromkeys(r["variant"] for r in recs if r["available"]):
+        pts = sorted((r["budget"], 100 * r["slate_completeness"]) for r in recs
+                     if r["variant"] == variant and r["slate_completeness"] is not None)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=variant)
+    ax.set_xlabel("budget (tokens)")
+    ax.set_ylabel("slate completeness (%)")
+    ax.set_title(f"{recs[0]['dataset']}: slate completeness by budget" if recs else "")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,5 @@
+import sys
+
+from agentmemrec.server.cli import main
+
+sys.exit(main())

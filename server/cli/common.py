@@ -1,0 +1,65 @@
+"""What every command group shares: logging on stderr, the common flags, and the store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentmemrec.server.settings import Settings
+
+
+def setup_logging(verbose: bool) -> None:
+    # stdout is the JSON-RPC stream in stdio mode: every log line goes to stderr.
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
+                        format="agentmemrec %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+
+def project_args(p: argparse.ArgumentParser, allow: bool = False) -> None:
+    p.add_argument("--project", help="project to work on (default: $AGENTMEMREC_PROJECT or 'default')")
+    if allow:
+        p.add_argument("--allow", default="", help="other projects this server may serve, comma-separated")
+
+
+def note_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--glob", action="append", default=None, metavar="PATTERN",
+                   help="file names that are notes (repeatable; default *.md *.markdown *.mdx "
+                        "*.rst *.txt)")
+
+
+def redact_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-redact", action="store_true",
+                   help="store secrets as they are (by default they become [REDACTED:<kind>])")
+
+
+def transcript_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project-map", type=Path, default=None,
+                   help="JSON or TOML file mapping cwd prefixes to projects (claude-code)")
+    p.add_argument("--include-sidechains", action="store_true",
+                   help="also store subagent (sidechain) turns (claude-code)")
+
+
+def device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda, optionally "
+                   ":fp32 or :fp16 (auto: FP16 on CUDA, FP32 on CPU)")
+
+
+def source_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of watched notes, transcripts and redaction, from whichever flags exist."""
+    extra: dict[str, Any] = {"redact": not getattr(args, "no_redact", False)}
+    if getattr(args, "glob", None):
+        extra["note_globs"] = tuple(args.glob)
+    if getattr(args, "claude_dir", None):
+        extra["claude_dir"] = args.claude_dir
+    if getattr(args, "project_map", None):
+        extra["project_map"] = args.project_map
+    extra["include_sidechains"] = getattr(args, "include_sidechains", False)
+    return extra
+
+
+def open_memory(settings: Settings):  # noqa: ANN201 - SharedMemory; imported lazily for a fast --help
+    from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
+    return shared_memory(settings).start()

@@ -1,0 +1,145 @@
+"""`agentmemrec eval` and `train`: the product's own selection measured on benchmark files, and
+the LambdaRank ranker trained on them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.ranking.candidates import DEFAULT_POOL
+from agentmemrec.server.cli.common import device_arg
+from agentmemrec.server.console import emit
+from agentmemrec.server.settings import Settings
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    from agentmemrec.ranking.eval.benchmarks import DATASETS  # noqa: PLC0415
+    from agentmemrec.ranking.eval.evaluate import VARIANTS  # noqa: PLC0415
+    p = sub.add_parser("eval", help="measure evidence selection on LoCoMo or LongMemEval files")
+    p.add_argument("dataset", choices=DATASETS, help="the files' format")
+    p.add_argument("paths", nargs="+", type=Path, help="benchmark files or directories of them")
+    p.add_argument("--variant", action="append", help=f"pipeline variant (repeatable): "
+                   f"{', '.join(VARIANTS)} (default: bm25)")
+    p.add_argument("--budget", action="append", type=int, help="token budget (repeatable; "
+                   "default 2400, 2550, 2700)")
+    _pool_arg(p)
+    p.add_argument("--limit", type=int, default=None, help="evaluate a random sample of N questions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of training (default 0)")
+    p.add_argument("--json", type=Path, help="write one record per (variant, budget) here")
+    p.add_argument("--per-question", type=Path, help="write evidence, pool and slate hits per question (JSONL)")
+    p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
+    device_arg(p)
+    _rerank_arg(p)
+    p.add_argument("--no-cache", action="store_true",
+                   help="do not reuse embeddings cached under $AGENTMEMREC_HOME/cache")
+    p.add_argument("--ranker-model", type=Path, default=None,
+                   help="ranker model file for the full variant (default: the shipped one)")
+    p.add_argument("--cv", type=int, default=0, metavar="K",
+                   help="cross-validate the full variant: train on K-1 folds, rank the K-th")
+    p.add_argument("--ablation", action="store_true",
+                   help="with --cv: also the full variant without each feature group")
+
+    p = sub.add_parser("train", help="train the LambdaRank ranker on benchmark data")
+    p.add_argument("dataset", choices=DATASETS, help="the files' format")
+    p.add_argument("paths", nargs="+", type=Path, help="benchmark files or directories of them")
+    p.add_argument("--also", nargs="+", action="append", default=[], metavar="DATASET_OR_PATH",
+                   help="another dataset and its paths, e.g. --also longmemeval DIR")
+    p.add_argument("--out", type=Path, required=True, help="where to write the model file")
+    _pool_arg(p)
+    p.add_argument("--limit", type=int, default=None, help="train on a random sample of N questions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the boosters (default 0)")
+    device_arg(p)
+    _rerank_arg(p)
+    return {"eval": cmd_eval, "train": cmd_train}
+
+
+def _pool_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
+                   help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
+
+
+def _rerank_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank-limit", type=int, default=None,
+                   help="candidates the cross-encoder scores (default: 24 on CPU, 128 on GPU)")
+
+
+def _ranker_model(path: Path | None) -> Any:
+    from agentmemrec.ranking.learned import RankerModel  # noqa: PLC0415
+    return RankerModel.load(path) if path else None
+
+
+def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
+                     per_q: list[dict[str, Any]] | None) -> list[Any]:
+    from agentmemrec.ranking.eval.train import cross_validate, to_group  # noqa: PLC0415
+    from agentmemrec.ranking.features import GROUPS  # noqa: PLC0415
+    groups = [to_group(k) for k in kept]
+    by_case = args.dataset == "locomo"
+    runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q)]
+    if args.ablation:
+        for name, feats in GROUPS.items():
+            runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case,
+                                       [f.__name__ for f in feats], args.seed))
+    return runs
+
+
+def _describe(dataset: str, paths: list[Path]) -> str:
+    from agentmemrec.ranking.eval.benchmarks import files_under  # noqa: PLC0415
+    files = files_under(paths)
+    return f"{dataset}: {len(files)} files, {files[0].name} .. {files[-1].name}"
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
+    from agentmemrec.ranking.eval.train import to_group, train_model  # noqa: PLC0415
+    sources = [(args.dataset, args.paths)] + [(a[0], [Path(p) for p in a[1:]]) for a in args.also]
+    home = Settings.load().home
+    models = ev.load_models(home, ["full"], args.device, args.rerank_limit, True)
+    if models.embedder is None:
+        raise InputError(models.missing)
+    groups = []
+    for dataset, paths in sources:
+        kept: list[Any] = []
+        ev.evaluate(dataset, paths, [], [2700], args.limit, args.seed, args.pool_size, None,
+                    models, kept.append)
+        groups += [to_group(k) for k in kept]
+    model = train_model(groups, [_describe(d, p) for d, p in sources],
+                        models.embedder.identity, models.reranker.identity if models.reranker else None,
+                        args.seed)
+    model.save(args.out)
+    emit(f"trained on {len(groups)} questions; best iteration {model.meta['metrics']['best_iteration']}, "
+         f"validation {model.meta['metrics']['valid']}; written to {args.out}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
+    budgets = args.budget or list(ev.DEFAULT_BUDGETS)
+    bad = [b for b in budgets if not 200 <= b <= 200_000]
+    if bad:
+        raise InputError(f"budgets must lie in [200, 200000]; got {bad}")
+    per_q: list[dict[str, Any]] | None = [] if args.per_question else None
+    variants = ev.check_variants(args.variant or ["bm25"])
+    ranker_model = _ranker_model(args.ranker_model)
+    models = ev.load_models(Settings.load().home, variants, args.device, args.rerank_limit,
+                            not args.no_cache, ranker_model)
+    cv = args.cv and "full" in variants
+    kept: list[Any] = []
+    runs, cost = ev.evaluate(args.dataset, args.paths, [v for v in variants if not (cv and v == "full")],
+                             budgets, args.limit, args.seed, args.pool_size, per_q, models,
+                             kept.append if cv else None)
+    if cv:
+        runs += _cross_validated(args, kept, budgets, per_q)
+    recs = ev.records(args.dataset, runs, cost)
+    emit(f"dataset {args.dataset}: {cost['ingest_units']} units ingested in {cost['ingest_s']:.1f} s, "
+         f"{cost['embed_units']} embedded in {cost['embed_s']:.1f} s")
+    emit(ev.format_table(recs))
+    if args.json:
+        args.json.write_text(json.dumps(recs, indent=2))
+    if per_q is not None:
+        args.per_question.write_text("".join(json.dumps(r) + "\n" for r in per_q))
+    if args.plot:
+        ev.plot(recs, args.plot)
+    return 0

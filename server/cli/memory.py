@@ -1,0 +1,211 @@
+"""Commands on the store, which work while servers run: import, watch, recall, explain, forget
+and tokens. Each goes through `SharedMemory`: it forwards to the process that owns the store,
+or owns it itself for its short lifetime."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.server.cli.common import (
+    note_args,
+    open_memory,
+    project_args,
+    redact_arg,
+    source_settings,
+    transcript_args,
+)
+from agentmemrec.server.console import emit
+from agentmemrec.server.settings import Settings, watch_folders
+
+log = logging.getLogger("agentmemrec")
+IMPORT_BATCH = 1000
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    p = sub.add_parser("import", help="import a JSONL file of remember items, or Claude Code "
+                       "transcripts: import claude-code [DIR]")
+    p.add_argument("file", type=Path, metavar="FILE|claude-code",
+                   help="a JSONL file, one remember item per line; or the word claude-code")
+    p.add_argument("dir", type=Path, nargs="?", default=None,
+                   help="claude-code: a transcript folder or file (default ~/.claude/projects)")
+    project_args(p)
+    transcript_args(p)
+    redact_arg(p)
+
+    p = sub.add_parser("watch", help="keep a folder's notes and ADRs in a project")
+    p.add_argument("folder", type=Path, help="the folder to watch (paths are stored relative to its repository)")
+    project_args(p)
+    note_args(p)
+    p.add_argument("--once", action="store_true", help="reconcile once and exit")
+    redact_arg(p)
+
+    p = sub.add_parser("recall", help="print the slate for a query")
+    p.add_argument("query", help="what the slate should answer")
+    project_args(p)
+    p.add_argument("--budget", type=int, default=2700, help="token budget of the slate (default 2700)")
+    p.add_argument("--as-of", default=None, help="ISO time: only what was recorded by then is eligible")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+    p = sub.add_parser("explain", help="explain a slate's selection")
+    p.add_argument("slate_id", help="the slate id a recall printed (s_...)")
+    p.add_argument("--ref", action="append", default=[], help="a ref or id expected in the slate (repeatable)")
+
+    p = sub.add_parser("forget", help="remove units by ref or id")
+    p.add_argument("refs", nargs="+", help="refs or ids to remove")
+    project_args(p)
+
+    p = sub.add_parser("tokens", help="bearer tokens for `serve --http`")
+    tokens = p.add_subparsers(dest="tokens_command", required=True)
+    add = tokens.add_parser("add", help="make a token for NAME; prints its secret once")
+    add.add_argument("name", help="who the token is for (letters, digits, . _ @ -)")
+    add.add_argument("--projects", required=True,
+                     help="comma-separated projects it may use; the first is its default")
+    tokens.add_parser("list", help="show every token's name and projects (never a secret)")
+    revoke = tokens.add_parser("revoke", help="remove a token; requests with it get 401 at once")
+    revoke.add_argument("name", help="the token's name")
+    return {"import": cmd_import, "watch": cmd_watch, "recall": cmd_recall, "explain": cmd_explain,
+            "forget": cmd_forget, "tokens": cmd_tokens}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    items = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{n}: not valid JSON ({exc.msg}); fix the line and retry") from exc
+    return items
+
+
+def import_items(memory: Any, project: str, items: list[dict[str, Any]], label: str = "import") -> int:
+    """Validate everything first (nothing is written if a line is bad), then write in batches."""
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from agentmemrec.indexing.units import validate_item  # noqa: PLC0415
+    for i, raw in enumerate(items):
+        validate_item(raw, f"line {i + 1}")
+    stored = 0
+    with tqdm(total=len(items), desc=label, unit="item", file=sys.stderr, disable=False, mininterval=1.0) as bar:
+        for start in range(0, len(items), IMPORT_BATCH):
+            batch = items[start:start + IMPORT_BATCH]
+            stored += sum(r.outcome != "unchanged" for r in memory.remember(project, batch))
+            # Each batch is one transaction: after an interruption, running the import again
+            # stores the rest and leaves the batches already committed unchanged.
+            log.info("%s: items %d-%d committed", label, start + 1, start + len(batch))
+            bar.update(len(batch))
+    return stored
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    if str(args.file) == "claude-code":  # a file of that name: pass ./claude-code
+        return cmd_import_claude_code(args)
+    if args.dir is not None:
+        raise InputError(f"import takes one JSONL file; {args.dir} is extra "
+                         "(use 'import claude-code DIR' for transcripts)")
+    settings = Settings.load(args.project, **source_settings(args))
+    items = read_jsonl(args.file)
+    memory = open_memory(settings)
+    try:
+        changed = import_items(memory, settings.project, items)
+    finally:
+        memory.close()
+    emit(f"{len(items)} items read, {changed} stored or updated in project {settings.project}")
+    return 0
+
+
+def cmd_import_claude_code(args: argparse.Namespace) -> int:
+    from agentmemrec.server.sources import import_claude_code, import_summary  # noqa: PLC0415
+    settings = Settings.load(args.project, **source_settings(args))
+    memory = open_memory(settings)
+    try:
+        report = import_claude_code(memory, settings, args.dir, args.project)
+    finally:
+        memory.close()
+    for line in import_summary(report):
+        emit(line)
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from agentmemrec.server.sources import run_watch  # noqa: PLC0415
+    settings = Settings.load(args.project, **source_settings(args))
+    [folder] = watch_folders([args.folder])
+    memory = open_memory(settings)
+    try:
+        return run_watch(memory, settings, folder, args.once, emit)
+    finally:
+        memory.close()
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    from agentmemrec.server.app import slate_result  # noqa: PLC0415
+    settings = Settings.load(args.project)
+    memory = open_memory(settings)
+    try:
+        slate = memory.recall(settings.project, args.query, args.budget, args.as_of)
+    finally:
+        memory.close()
+    if args.json:
+        emit(slate_result(slate).model_dump_json(indent=2))
+    else:
+        emit(slate.context, end="")
+        emit(f"-- slate {slate.slate_id}: {len(slate.items)} items, {slate.tokens_used}/"
+             f"{slate.budget} tokens (agentmemrec explain {slate.slate_id})")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    settings = Settings.load()
+    memory = open_memory(settings)
+    try:  # the local CLI speaks for the store's owner: every project is visible to it
+        payload = memory.explain(args.slate_id, frozenset(memory.projects()) | {settings.project},
+                                 args.ref)
+    finally:
+        memory.close()
+    emit(json.dumps(payload, indent=2, default=str))
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    settings = Settings.load(args.project)
+    memory = open_memory(settings)
+    try:
+        removed = memory.forget(settings.project, args.refs)
+    finally:
+        memory.close()
+    emit(f"removed {len(removed)} units from project {settings.project}")
+    return 0
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    from agentmemrec.indexing.store.principals import hash_secret, new_secret  # noqa: PLC0415
+    memory = open_memory(Settings.load())
+    try:
+        if args.tokens_command == "add":
+            secret = new_secret()
+            principal = memory.call("tokens.add", args.name, hash_secret(secret),
+                                    [p.strip() for p in args.projects.split(",") if p.strip()])
+            emit(secret)
+            log.info("token %r made for projects %s; its secret is shown this once", principal.name,
+                     ",".join(principal.projects))
+        elif args.tokens_command == "list":
+            for p in memory.call("tokens.list"):
+                emit(f"{p.name}\t{','.join(p.projects)}\t{p.created_at:%Y-%m-%d %H:%M}")
+        else:
+            memory.call("tokens.revoke", args.name)
+            emit(f"revoked token {args.name}")
+    finally:
+        memory.close()
+    return 0

@@ -1,0 +1,71 @@
+"""`agentmemrec serve` (stdio or HTTP, with the sources that write on their own) and `demo`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable
+
+from agentmemrec.ranking.candidates import DEFAULT_POOL
+from agentmemrec.server.cli.common import (
+    device_arg,
+    note_args,
+    project_args,
+    redact_arg,
+    source_settings,
+    transcript_args,
+)
+from agentmemrec.server.settings import MAX_REQUEST_BYTES, Settings, watch_folders
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    p = sub.add_parser("serve", help="run the MCP server (stdio by default)")
+    project_args(p, allow=True)
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio; "
+                   "every request needs a bearer token from `agentmemrec tokens add`, whose "
+                   "projects replace --project/--allow")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address (default: 127.0.0.1 only)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
+                   help="largest HTTP request body accepted (default: 16 MiB); larger ones get 413")
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
+                   help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
+    device_arg(p)
+    p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
+    p.add_argument("--watch", action="append", default=[], metavar="DIR",
+                   help="keep this folder's notes and ADRs in the project (repeatable)")
+    note_args(p)
+    redact_arg(p)
+    p.add_argument("--capture-claude-code", action="store_true",
+                   help="store Claude Code sessions of the served projects as they are written")
+    p.add_argument("--claude-dir", type=Path, default=None,
+                   help="where Claude Code keeps transcripts (default ~/.claude/projects)")
+    transcript_args(p)
+
+    p = sub.add_parser("demo", help="load a sample history and run recalls through a real MCP client")
+    p.add_argument("--home", type=Path, default=None, help="keep the demo store here (default: a temp dir)")
+    return {"serve": cmd_serve, "demo": cmd_demo}
+
+
+def serve_settings(args: argparse.Namespace) -> Settings:
+    return Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
+                         ranker_model=args.ranker_model, http=args.http,
+                         max_request_bytes=args.max_request_bytes, watch=watch_folders(args.watch),
+                         capture_claude_code=args.capture_claude_code, **source_settings(args))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from agentmemrec.server.app import create_server  # noqa: PLC0415
+    settings = serve_settings(args)
+    server = create_server(settings)
+    if args.http:
+        server.run("streamable-http", host=args.host, port=args.port,
+                   max_request_body_size=settings.max_request_bytes)
+    else:
+        server.run("stdio")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from agentmemrec.server.demo import run_demo  # noqa: PLC0415
+    return run_demo(args.home)

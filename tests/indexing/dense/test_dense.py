@@ -1,0 +1,129 @@
+"""The dense channel and fusion, with a deterministic stand-in embedder (the ONNX one has its own
+tests in test_models.py): background embedding, lexical fallback, model change, forget."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+
+from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
+from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
+from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
+from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.ranking.candidates import fuse, rrf_score
+from agentmemrec.ranking.memory import Memory
+
+
+class BagOfWords:
+    """Hashed bag of lower-cased words: synonyms are invisible, shared words are close."""
+
+    def __init__(self, dim: int = 64, identity: str = "bow@1") -> None:
+        self.dim, self.identity, self.device, self.calls = dim, identity, "cpu", 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def memory_with(tmp_path, embedder, background: bool) -> Memory:
+    store = Store(tmp_path / "m.duckdb")
+    dense = DenseIndex(store, embedder)
+    worker = EmbeddingWorker(dense.vectors, embedder).start() if background else None
+    return Memory(store, [Bm25Channel(LexicalIndex(store, tmp_path / "idx")), DenseChannel(dense)],
+                  dense=dense, worker=worker)
+
+
+def test_rrf_matches_its_formula_and_keeps_each_channels_rank():
+    class H:
+        def __init__(self, uid, rank): self.unit_id, self.rank, self.score = uid, rank, 1.0
+    kept, cut = fuse({"bm25": [H(1, 1), H(2, 2)], "dense": [H(2, 1), H(3, 2)]}, pool_size=2)
+    assert [uid for uid, _, _ in kept] == [2, 1]
+    assert kept[0][1] == rrf_score([2, 1]) == 1 / 62 + 1 / 61
+    assert kept[0][2]["bm25"].rank == 2 and kept[0][2]["dense"].rank == 1
+    assert cut == {"dense": {3: 2}}
+
+
+def test_recall_before_embedding_is_lexical_and_says_how_many_wait(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    slate = memory.recall("p", "kafka partitions")
+    assert [i.unit.text for i in slate.items] == ["kafka partitions payment events"]
+    assert any("1 units not yet embedded" in n for n in memory.notes("p"))
+    why = memory.explain(slate.slate_id, {"p"})
+    assert why["candidates"][0]["channels"].keys() == {"bm25"}
+    assert embed_pending(memory.dense.vectors, memory.dense.embedder) == 1
+    assert memory.notes("p") == []
+    why = memory.explain(memory.recall("p", "kafka partitions").slate_id, {"p"})
+    assert why["candidates"][0]["channels"].keys() == {"bm25", "dense"}
+    memory.close()
+
+
+def test_background_worker_embeds_without_remember_waiting(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=True)
+    memory.remember("p", [{"kind": "turn", "text": f"note number {i} about caching"} for i in range(150)])
+    assert memory.worker.wait_idle(timeout=60)
+    assert memory.dense.vectors.count_pending("p") == 0
+    assert len(memory.dense.snapshot("p").ids) == 150
+    memory.close()
+
+
+def test_dense_channel_finds_what_bm25_cannot(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "ref": "a", "text": "deploying deploys deployment"},
+                          {"kind": "turn", "ref": "b", "text": "unrelated lunch menu"}])
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    hits = memory.channels[1].search("p", "Deploying", 5, set())
+    assert hits[0].unit_id == memory.store.ids_for("p", "a")[0] and hits[0].score > 0.5
+    memory.close()
+
+
+def test_updated_units_are_re_embedded_and_forgotten_ones_leave_the_snapshot(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "ref": "a", "text": "alpha beta"},
+                          {"kind": "turn", "ref": "b", "text": "gamma delta"}])
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    memory.remember("p", [{"kind": "turn", "ref": "a", "text": "epsilon zeta"}])
+    assert memory.dense.vectors.count_pending("p") == 1
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    hits = memory.channels[1].search("p", "epsilon", 1, set())
+    assert hits[0].unit_id == memory.store.ids_for("p", "a")[0] and hits[0].score > 0.5
+    memory.forget("p", ["b"])
+    assert len(memory.dense.snapshot("p").ids) == 1
+    memory.close()
+
+
+def test_a_new_model_re_embeds_everything(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(identity="bow@1"), background=False)
+    memory.remember("p", [{"kind": "turn", "text": f"item {i}"} for i in range(5)])
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    other = DenseIndex(memory.store, BagOfWords(dim=32, identity="bow@2"))
+    assert other.vectors.count_pending("p") == 5
+    embed_pending(other.vectors, other.embedder)
+    assert other.snapshot("p").dim == 32 and len(other.snapshot("p").ids) == 5
+    memory.close()
+
+
+def test_as_of_and_project_filters_apply_to_the_dense_channel(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "ref": "old", "text": "cache eviction policy", "at": "2026-01-01"},
+                          {"kind": "turn", "ref": "new", "text": "cache eviction policy lru", "at": "2026-03-01"}])
+    memory.remember("q", [{"kind": "turn", "text": "cache eviction policy lru lfu"}])
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    slate = memory.recall("p", "cache eviction policy lru", as_of="2026-02-01")
+    assert [i.unit.ref for i in slate.items] == ["old"]
+    memory.close()
+
+
+def test_a_server_loads_its_project_first_then_embeds_in_the_background(tmp_path):
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [{"kind": "turn", "text": f"note {i} about retries"} for i in range(40)])
+    memory.start_embedding(warm="p")
+    assert memory.worker.wait_idle(timeout=60)
+    assert memory.channels[0].index.loaded("p") and memory.dense.vectors.count_pending("p") == 0
+    memory.close()

@@ -1,0 +1,74 @@
+"""The BM25 channel: equal to bm25s itself, derived from the rows, restart- and damage-safe."""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import pytest
+
+from agentmemrec.indexing.lexical.index import LexicalIndex
+from agentmemrec.indexing.lexical.postings import BM25_PARAMS, tokenize
+from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.units import validate_batch
+from agentmemrec.ranking.memory import Memory
+
+DOCS = ["The build uses Bazel and remote caching.", "We deploy with Helm to the staging cluster.",
+        "Bazel remote cache lives in S3.", "Lunch is at noon.", "Helm charts live in deploy/charts."]
+
+
+def _store(tmp_path) -> Store:
+    store = Store(tmp_path / "m.duckdb")
+    store.write("p", validate_batch([{"kind": "note", "path": f"n{i}.md", "text": t} for i, t in enumerate(DOCS)]))
+    return store
+
+
+def test_scores_equal_bm25s_used_directly(tmp_path):
+    store = _store(tmp_path)
+    snap = LexicalIndex(store, tmp_path / "idx").snapshot("p")
+    _, texts, _ = store.index_rows("p")
+    reference = bm25s.BM25(**BM25_PARAMS)
+    reference.index(tokenize(texts), show_progress=False)
+    for query in ["bazel remote cache", "helm deploy", "noon lunch"]:
+        np.testing.assert_allclose(snap.scores(query), reference.get_scores(tokenize([query])[0]), rtol=1e-6)
+    store.close()
+
+
+def test_zero_score_units_never_fill_the_top_k(tmp_path):
+    store = _store(tmp_path)
+    hits = LexicalIndex(store, tmp_path / "idx").snapshot("p").search("bazel", k=5)
+    assert len(hits) == 2 and all(h.score > 0 for h in hits)
+    store.close()
+
+
+def test_index_is_reused_after_restart_and_follows_a_write_without_a_rebuild(tmp_path, monkeypatch):
+    store = _store(tmp_path)
+    LexicalIndex(store, tmp_path / "idx").snapshot("p")
+    fresh = LexicalIndex(store, tmp_path / "idx")
+    monkeypatch.setattr(fresh, "rebuild", lambda project: pytest.fail("rebuilt from the rows"))
+    assert len(fresh.snapshot("p").ids) == len(DOCS)  # the saved index, loaded
+    store.write("p", validate_batch([{"kind": "turn", "text": "Bazel 7 upgrade is done."}]))
+    snap = fresh.snapshot("p")  # caught up through the change log
+    assert len(snap.ids) == len(DOCS) + 1 and snap.search("bazel upgrade", 1)[0].unit_id == max(snap.ids)
+    store.close()
+
+
+def test_a_damaged_index_is_rebuilt_from_the_rows(tmp_path):
+    store = _store(tmp_path)
+    LexicalIndex(store, tmp_path / "idx").snapshot("p")
+    next((tmp_path / "idx" / "p" / "parts").glob("part-*.npz")).write_bytes(b"garbage")
+    hits = LexicalIndex(store, tmp_path / "idx").snapshot("p").search("helm", k=3)
+    assert len(hits) == 2
+    store.close()
+
+
+def test_deleted_units_never_come_back_after_restart(home):
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "ref": "gone", "text": "kubernetes secret rotation"},
+                          {"kind": "turn", "ref": "kept", "text": "kubernetes node pools"}])
+    assert len(memory.recall("p", "kubernetes").items) == 2
+    memory.forget("p", ["gone"])
+    memory.close()
+    memory = Memory.open(home)
+    slate = memory.recall("p", "kubernetes secret rotation")
+    assert [i.unit.ref for i in slate.items] == ["kept"]
+    memory.close()

@@ -1,0 +1,197 @@
+"""Claude Code sessions become turns: import, project mapping, idempotence and live capture."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from agentmemrec.indexing.sources.capture import ImportReport, Target, capture_claude_code
+from agentmemrec.indexing.sources.transcripts import convert_line
+from agentmemrec.server.app import create_server
+from agentmemrec.server.cli import build_parser, main, serve_settings
+
+from helpers import call
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+def line(kind: str, content: Any, n: int, cwd: Path, session: str = "sess-1", **extra: Any) -> str:
+    role = "assistant" if kind == "assistant" else "user"
+    return json.dumps({
+        "type": kind, "sessionId": session, "uuid": f"00000000-0000-4000-8000-{n:012d}",
+        "parentUuid": None, "timestamp": f"2026-05-0{1 + n // 50}T10:{n % 50:02d}:00.000Z",
+        "cwd": str(cwd), "gitBranch": "main", "message": {"role": role, "content": content}, **extra})
+
+
+def session_lines(cwd: Path) -> list[str]:
+    return [
+        line("user", "Why does the settlement job time out at night?", 1, cwd),
+        line("assistant", [{"type": "thinking", "thinking": "private chain of thought"},
+                           {"type": "text", "text": "Let me run the settlement tests."},
+                           {"type": "tool_use", "id": "t1", "name": "Bash",
+                            "input": {"command": "pytest tests/test_settlement.py -q",
+                                      "description": "run tests"}}], 2, cwd),
+        line("user", [{"type": "tool_result", "tool_use_id": "t1", "is_error": False,
+                       "content": "LONG PASSING OUTPUT " * 100}], 3, cwd),
+        line("assistant", [{"type": "tool_use", "id": "t2", "name": "Edit",
+                            "input": {"file_path": "/src/payments/settle.py", "old_string": "x" * 500,
+                                      "new_string": "y"}}], 4, cwd),
+        line("user", [{"type": "tool_result", "tool_use_id": "t2", "is_error": True,
+                       "content": "Traceback: SettlementTimeout after 30s " + "frame " * 200}], 5, cwd),
+        line("assistant", [{"type": "thinking", "thinking": "only thinking here"}], 6, cwd),
+        line("user", f"Use the staging key {AWS_KEY} to reproduce it.", 7, cwd),
+        json.dumps({"type": "progress", "uuid": "p-1", "sessionId": "sess-1", "cwd": str(cwd)}),
+        json.dumps({"type": "file-history-snapshot", "messageId": "m", "snapshot": {}}),
+        json.dumps({"type": "summary", "summary": "Settlement timeouts", "leafUuid": "x"}),
+        line("user", "This session is being continued from a previous conversation that ran out "
+                     "of context. The summary below covers the earlier portion.", 8, cwd,
+             isCompactSummary=True),
+        line("user", "This session is being continued from a previous conversation. Summary: ...",
+             9, cwd),
+        line("user", "Sidechain: explore the repository for timeouts", 10, cwd, isSidechain=True),
+        '{"type": "user", "message": {"role": "user", "content": "trunc',  # malformed
+        line("assistant", "The settlement job holds a lock on the ledger table; we add an index.", 11, cwd),
+    ]
+
+
+@pytest.fixture
+def claude(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """~/.claude/projects with a session of `payments` and one of another repository."""
+    payments, other = tmp_path / "src" / "payments", tmp_path / "src" / "website"
+    for repo in (payments, other):
+        (repo / ".git").mkdir(parents=True)
+    (payments / "services" / "settle").mkdir(parents=True)
+    projects = tmp_path / "claude" / "projects"
+    folder = projects / str(payments).replace("/", "-")
+    folder.mkdir(parents=True)
+    (folder / "sess-1.jsonl").write_text("\n".join(session_lines(payments)) + "\n")
+    web = projects / str(other).replace("/", "-")
+    web.mkdir(parents=True)
+    (web / "sess-2.jsonl").write_text(line("user", "The website settlement banner is blue.", 40, other,
+                                           session="sess-2") + "\n")
+    return projects, payments, other
+
+
+def recall(project: str, query: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["recall", query, "--project", project, "--json", "--budget", "4000"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_import_stores_turns_and_reports_what_it_skipped(home, claude, capsys):
+    projects, _, _ = claude
+    assert main(["import", "claude-code", str(projects), "--project", "payments"]) == 0
+    out = capsys.readouterr().out
+    assert "2 files, 16 lines read, 6 turns stored or updated, 0 unchanged; turns by project: payments 6" in out
+    assert ("skipped 10 lines: compaction 3, malformed 1, not-a-message 2, other-project 1, "
+            "sidechain 1, thinking 1, tool-output 1") in out
+    assert "redacted 1 secrets: aws-access-key 1" in out
+    slate = recall("payments", "settlement job timeout ledger lock staging key pytest edit settle traceback", capsys)
+    context = slate["context"]
+    assert "[tool Bash: pytest tests/test_settlement.py -q]" in context
+    assert "[tool Edit: /src/payments/settle.py]" in context and "x" * 50 not in context
+    assert "[tool result (error): Traceback: SettlementTimeout after 30s frame" in context
+    assert "LONG PASSING OUTPUT" not in context and "chain of thought" not in context
+    assert "[REDACTED:aws-access-key]" in context and AWS_KEY not in context
+    assert "Sidechain" not in context and "continued from a previous" not in context
+    assert "website" not in context and "## session sess-1 (2026-05-01 10:01)" in context
+    roles = {i["ref"][-2:]: (i["role"], i["session"]) for i in slate["items"]}
+    assert roles["01"] == ("user", "sess-1") and roles["05"] == ("tool", "sess-1")
+    assert roles["11"] == ("assistant", "sess-1")
+
+
+def test_reimporting_never_duplicates(home, claude, capsys):
+    projects, _, _ = claude
+    assert main(["import", "claude-code", str(projects), "--project", "payments"]) == 0
+    capsys.readouterr()
+    assert main(["import", "claude-code", str(projects), "--project", "payments"]) == 0
+    assert "0 turns stored or updated, 6 unchanged" in capsys.readouterr().out
+
+
+def test_each_session_goes_to_its_own_repository_unless_mapped(home, claude, tmp_path, capsys):
+    projects, payments, other = claude
+    assert main(["import", "claude-code", str(projects)]) == 0
+    assert "turns by project: payments 6, website 1" in capsys.readouterr().out
+    assert recall("website", "settlement banner", capsys)["items"][0]["session"] == "sess-2"
+    mapping = tmp_path / "map.toml"
+    mapping.write_text(f'"{other}" = "payments"\n"{payments}/services" = ""\n')
+    assert main(["import", "claude-code", str(projects), "--project", "payments",
+                 "--project-map", str(mapping)]) == 0
+    assert "turns by project: payments 7" in capsys.readouterr().out
+
+
+def test_sidechains_are_stored_when_asked(home, claude, capsys):
+    projects, _, _ = claude
+    assert main(["import", "claude-code", str(projects), "--project", "payments",
+                 "--include-sidechains"]) == 0
+    assert "7 turns stored" in capsys.readouterr().out
+
+
+def test_the_plain_jsonl_import_is_unchanged_and_exclusive(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "plain import"}) + "\n")
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    assert "1 items read, 1 stored" in capsys.readouterr().out
+    assert main(["import", str(src), str(tmp_path), "--project", "infra"]) == 2
+
+
+def test_a_tool_call_keeps_its_name_and_target_only():
+    turn = convert_line(line("assistant", [{"type": "tool_use", "name": "Grep",
+                                            "input": {"pattern": "TODO", "path": "src"}}], 1, Path("/r")))
+    assert turn.item["text"] == "[tool Grep: src]" and turn.item["role"] == "assistant"
+    assert convert_line("[1, 2]") == "malformed" and convert_line("") == "malformed"
+
+
+@pytest.mark.anyio
+async def test_capture_stores_lines_as_they_are_written_and_resumes_after_a_restart(memory, claude, tmp_path):
+    projects, payments, _ = claude
+    target, state = Target(frozenset({"payments"})), tmp_path / "capture.json"
+    transcript = next(projects.rglob("sess-1.jsonl"))
+    send, reports = anyio.create_memory_object_stream[ImportReport](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            first = await tg.start(partial(capture_claude_code, memory, projects, target, state,
+                                           on_sync=send.send_nowait))
+        assert (first.stored, first.skipped["other-project"]) == (6, 1)
+        with transcript.open("a") as fh:  # a complete line and the start of the next one
+            fh.write(line("user", "Add the ledger index in migration 42.", 20, payments) + "\n")
+            fh.write(line("assistant", "Done: migration 42 adds the ledger index.", 21, payments)[:30])
+        with anyio.fail_after(20):
+            report = await reports.receive()
+        assert (report.lines, report.stored) == (1, 1)
+        tg.cancel_scope.cancel()
+    with transcript.open("a") as fh:  # the rest of the line, written while nothing captured
+        fh.write(line("assistant", "Done: migration 42 adds the ledger index.", 21, payments)[30:] + "\n")
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            resumed = await tg.start(partial(capture_claude_code, memory, projects, target, state))
+        tg.cancel_scope.cancel()
+    assert (resumed.lines, resumed.stored) == (1, 1)  # only the new line was read again
+    slate = memory.recall("payments", "ledger index migration 42")
+    assert "[#" in slate.context and "Done: migration 42 adds the ledger index." in slate.context
+    assert memory.store.count_units("payments") == 8
+
+
+@pytest.mark.anyio
+async def test_serve_capture_claude_code_fills_the_served_projects(home, claude, tmp_path):
+    projects, _, _ = claude
+    args = build_parser().parse_args(["serve", "--project", "payments", "--capture-claude-code",
+                                      "--claude-dir", str(projects), "--watch", str(tmp_path)])
+    settings = serve_settings(args)
+    assert (settings.capture_claude_code, settings.claude_dir, settings.watch) == (True, projects, (tmp_path,))
+    async with Client(create_server(settings)) as client:
+        with anyio.fail_after(20):
+            while not (await call(client, "recall_slate", query="ledger table lock"))["items"]:
+                await anyio.sleep(0.05)  # polling the condition, bounded by fail_after
+        slate = await call(client, "recall_slate", query="website settlement banner blue")
+    assert all(i["session"] == "sess-1" for i in slate["items"])  # sess-2 is another repository's
+
+
+def test_serve_refuses_a_folder_it_cannot_watch(home, tmp_path, capsys):
+    assert main(["serve", "--watch", str(tmp_path / "nope")]) == 2
+    assert "cannot watch" in capsys.readouterr().err

@@ -1,0 +1,233 @@
+"""Project notes follow the files: the real watcher on real files, bounded waits, no sleeps."""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import AsyncIterator
+
+import anyio
+import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream
+from mcp import Client
+
+from agentmemrec.indexing.sources.watcher import SyncReport, watch_notes
+from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.app import create_server
+from agentmemrec.server.cli import main
+
+from helpers import call, settings_for
+
+pytestmark = pytest.mark.anyio
+PROJECT = "alpha"
+GUIDE = "# Guide\n\nHow to work here.\n\n## Setup\n\nRun make bootstrap to install the toolchain.\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git checkout: paths are stored relative to it even when only docs/ is watched."""
+    root = tmp_path / "payments"
+    (root / ".git").mkdir(parents=True)
+    (root / "docs" / "adr").mkdir(parents=True)
+    (root / "docs" / "guide.md").write_text(GUIDE)
+    return root
+
+
+def write(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+
+
+@asynccontextmanager
+async def watching(memory: Memory, folder: Path
+                   ) -> AsyncIterator[tuple[SyncReport, MemoryObjectReceiveStream[SyncReport]]]:
+    send, receive = anyio.create_memory_object_stream[SyncReport](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            first = await tg.start(partial(watch_notes, memory, PROJECT, folder,
+                                           on_sync=send.send_nowait))
+        yield first, receive
+        tg.cancel_scope.cancel()
+
+
+async def next_change(reports: MemoryObjectReceiveStream[SyncReport]) -> SyncReport:
+    with anyio.fail_after(20):
+        return await reports.receive()
+
+
+def context(memory: Memory, query: str) -> str:
+    return memory.recall(PROJECT, query, budget=4000).context
+
+
+def units_of(memory: Memory, ref: str) -> list:
+    ids = memory.store.ids_for(PROJECT, ref)
+    found = memory.store.units(PROJECT, ids)
+    return [found[i] for i in ids]
+
+
+async def test_notes_are_recalled_with_their_path_and_heading_trail(memory, repo):
+    async with watching(memory, repo / "docs") as (first, reports):
+        assert first.written == 1
+        write(repo / "docs" / "runbook.md", "# Runbook\n\n## Rollback\n\nRoll back with helm rollback.\n")
+        change = await next_change(reports)
+    assert change.paths == ("docs/runbook.md",)
+    text = context(memory, "how do we roll back with helm, and bootstrap the toolchain")
+    assert "note docs/runbook.md > Runbook > Rollback: Roll back with helm rollback." in text
+    assert "note docs/guide.md > Guide > Setup: Run make bootstrap" in text
+
+
+async def test_an_edit_rewrites_only_the_chunk_that_changed(memory, repo):
+    async with watching(memory, repo / "docs") as (_, reports):
+        before = units_of(memory, "file:docs/guide.md")
+        write(repo / "docs" / "guide.md", GUIDE.replace("make bootstrap", "just setup"))
+        change = await next_change(reports)
+    after = units_of(memory, "file:docs/guide.md")
+    assert change.written == 1
+    assert [u.id for u in after] == [u.id for u in before] and len(after) == 2
+    assert (after[0].text, after[0].at, after[0].seq) == (before[0].text, before[0].at, before[0].seq)
+    assert "just setup" in after[1].text and after[1].at > before[1].at
+    assert "make bootstrap" not in context(memory, "toolchain setup")
+
+
+async def test_a_renamed_note_keeps_its_units(memory, repo):
+    async with watching(memory, repo / "docs") as (_, reports):
+        ids = memory.store.ids_for(PROJECT, "file:docs/guide.md")
+        os.rename(repo / "docs" / "guide.md", repo / "docs" / "handbook.md")
+        change = await next_change(reports)
+    assert change.renamed == 1 and change.forgotten == 0
+    assert memory.store.ids_for(PROJECT, "file:docs/handbook.md") == ids
+    assert memory.store.ids_for(PROJECT, "file:docs/guide.md") == []
+    assert "note docs/handbook.md > Guide > Setup" in context(memory, "bootstrap toolchain")
+
+
+async def test_a_deleted_note_is_forgotten(memory, repo):
+    async with watching(memory, repo / "docs") as (_, reports):
+        (repo / "docs" / "guide.md").unlink()
+        change = await next_change(reports)
+    assert change.forgotten == 1
+    assert memory.store.count_units(PROJECT) == 0
+    assert "bootstrap" not in context(memory, "bootstrap toolchain")
+
+
+async def test_a_burst_of_saves_is_one_reingest(memory, repo):
+    async with watching(memory, repo / "docs") as (_, reports):
+        generation = memory.store.generation(PROJECT)
+        for n in range(10):
+            write(repo / "docs" / "guide.md", GUIDE + f"\nRevision {n} of the guide.\n")
+        burst = await next_change(reports)
+        write(repo / "docs" / "later.md", "A later note.")  # a marker: every earlier pass is done
+        marker = await next_change(reports)
+    assert burst.written == 1 and marker.paths == ("docs/later.md",)
+    assert memory.store.generation(PROJECT) == generation + 2  # the burst once, the marker once
+    assert "Revision 9 of the guide." in context(memory, "revision of the guide")
+
+
+ADR_3 = ("# 3. Payment events on RabbitMQ\n\nDate: 2026-01-05\n\n## Status\n\nAccepted\n\n"
+         "## Decision\n\nPublish payment events to RabbitMQ.\n")
+ADR_12 = ("---\nstatus: accepted\ndate: 2026-04-14\n---\n# 12. Payment events move to Kafka\n\n"
+          "Supersedes ADR-0003.\n\n## Decision\n\nPublish payment events to Kafka.\n")
+
+
+async def test_an_adr_superseding_another_links_both_even_when_it_arrives_first(memory, repo):
+    async with watching(memory, repo / "docs") as (_, reports):
+        write(repo / "docs" / "adr" / "0012-kafka.md", ADR_12)  # its predecessor is not there yet
+        await next_change(reports)
+        write(repo / "docs" / "adr" / "0003-rabbitmq.md", ADR_3)
+        change = await next_change(reports)
+    assert set(change.paths) == {"docs/adr/0003-rabbitmq.md", "docs/adr/0012-kafka.md"}
+    [old], [new] = units_of(memory, "adr:0003"), units_of(memory, "adr:0012")
+    assert (old.kind, old.status, old.superseded_by, old.path) == (
+        "decision", "accepted", new.id, "docs/adr/0003-rabbitmq.md")
+    assert (new.status, new.supersedes, new.title) == ("accepted", old.id, "12. Payment events move to Kafka")
+    text = context(memory, "where do we publish payment events rabbitmq")
+    assert f"[#{old.id} adr:0003] decision (SUPERSEDED by #{new.id}, 2026-01-05)" in text
+    assert f"[#{new.id} adr:0012] decision (accepted, 2026-04-14)" in text
+
+
+async def test_adr_statuses_map_onto_the_stores(memory, repo):
+    for n, status in enumerate(["Proposed", "Rejected", "Deprecated"], start=20):
+        write(repo / "docs" / "adr" / f"00{n}-choice.md", f"# {n}. Choice {n}\n\nStatus: {status}\n\nText.")
+    write(repo / "docs" / "notes" / "ideas.md", "# Ideas\n\nStatus: in progress\n\nNot a decision.")
+    async with watching(memory, repo / "docs"):
+        pass
+    statuses = {n: units_of(memory, f"adr:00{n}")[0] for n in (20, 21, 22)}
+    assert [statuses[n].status for n in (20, 21, 22)] == ["proposed", "rejected", "superseded"]
+    assert statuses[22].text.startswith("Status: Deprecated.")
+    assert units_of(memory, "file:docs/notes/ideas.md")[0].kind == "note"
+
+
+async def test_ignored_hidden_build_binary_and_oversized_files_are_skipped(memory, repo):
+    write(repo / ".gitignore", "docs/generated/\n*.draft.md\n")
+    write(repo / "docs" / "generated" / "api.md", "generated zebra reference")
+    write(repo / "docs" / "plan.draft.md", "draft zebra plan")
+    write(repo / "docs" / ".hidden.md", "hidden zebra")
+    write(repo / "docs" / "node_modules" / "pkg" / "README.md", "vendored zebra readme")
+    write(repo / "docs" / "diagram.md", b"zebra\x00\x01\x02binary")
+    write(repo / "docs" / "huge.md", "zebra " * 30_000)
+    write(repo / "docs" / "logo.png", b"\x89PNG zebra")
+    async with watching(memory, repo / "docs") as (first, reports):
+        write(repo / "docs" / "another.draft.md", "a second zebra draft")  # ignored while watching
+        write(repo / "docs" / "zebra.md", "The one zebra note that counts.")
+        change = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and change.paths == ("docs/zebra.md",)
+    assert memory.store.count_units(PROJECT) == 3  # the guide's two chunks and the zebra note
+    assert {item.unit.path for item in memory.recall(PROJECT, "zebra").items} == {"docs/zebra.md"}
+
+
+async def test_a_restart_reconciles_changes_made_while_stopped(memory, repo):
+    write(repo / "docs" / "old.md", "# Old\n\nA note about the legacy billing cron.")
+    write(repo / "docs" / "moved.md", "# Moved\n\nA note about the ledger export.")
+    async with watching(memory, repo / "docs"):
+        pass
+    memory.remember(PROJECT, [{"kind": "note", "path": "docs/gone.md", "text": "A client's note."}])
+    ids = {ref: memory.store.ids_for(PROJECT, ref) for ref in ("file:docs/guide.md", "file:docs/moved.md")}
+    (repo / "docs" / "old.md").unlink()  # while nothing watches
+    os.rename(repo / "docs" / "moved.md", repo / "docs" / "ledger.md")
+    write(repo / "docs" / "guide.md", GUIDE.replace("make bootstrap", "just setup"))
+    write(repo / "docs" / "new.md", "# New\n\nA note written while the server was down.")
+    async with watching(memory, repo / "docs") as (first, _):
+        pass
+    assert (first.written, first.renamed, first.forgotten) == (3, 1, 1)
+    assert memory.store.ids_for(PROJECT, "file:docs/ledger.md") == ids["file:docs/moved.md"]
+    assert memory.store.ids_for(PROJECT, "file:docs/guide.md") == ids["file:docs/guide.md"]
+    assert memory.store.ids_for(PROJECT, "file:docs/old.md") == []
+    assert memory.store.ids_for(PROJECT, "docs/gone.md")  # the client's note is not the watcher's
+    assert memory.store.count_units(PROJECT) == 2 + 1 + 1 + 1  # guide, ledger, new, client note
+    async with watching(memory, repo / "docs") as (again, _):
+        pass
+    assert not again.changed  # a second restart finds nothing to do
+
+
+async def test_serve_watch_fills_the_project_from_the_servers_lifespan(home, repo):
+    settings = replace(settings_for(home, PROJECT), watch=(repo / "docs",))
+    async with Client(create_server(settings)) as client:
+        with anyio.fail_after(20):
+            while not (await call(client, "recall_slate", query="bootstrap toolchain"))["items"]:
+                await anyio.sleep(0.05)  # polling the condition, bounded by fail_after
+        write(repo / "docs" / "adr" / "0003-rabbitmq.md", ADR_3)
+        with anyio.fail_after(20):
+            while "adr:0003" not in {i["ref"] for i in (await call(
+                    client, "recall_slate", query="payment events rabbitmq"))["items"]}:
+                await anyio.sleep(0.05)
+        slate = await call(client, "recall_slate", query="payment events rabbitmq")
+    assert [i["path"] for i in slate["items"] if i["ref"] == "adr:0003"] == ["docs/adr/0003-rabbitmq.md"]
+
+
+def test_watch_once_reconciles_from_the_command_line(home, repo, capsys):
+    assert main(["watch", str(repo / "docs"), "--project", PROJECT, "--once"]) == 0
+    assert "1 written, 0 renamed, 0 removed" in capsys.readouterr().out
+    assert main(["recall", "bootstrap toolchain", "--project", PROJECT]) == 0
+    assert "note docs/guide.md > Guide > Setup" in capsys.readouterr().out
+    assert main(["watch", str(repo / "missing"), "--project", PROJECT, "--once"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+async def test_a_folder_reached_through_a_symlink_is_watched(memory, repo, tmp_path):
+    (tmp_path / "link").symlink_to(repo)
+    async with watching(memory, tmp_path / "link" / "docs") as (first, reports):
+        write(repo / "docs" / "linked.md", "Reached through a symlink.")
+        change = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and change.paths == ("docs/linked.md",)

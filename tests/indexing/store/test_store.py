@@ -1,0 +1,210 @@
+"""Stage 1: the DuckDB store and the write path, on real files."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store.duckdb_store import MIGRATIONS, Store
+from agentmemrec.indexing.units import validate_batch
+from agentmemrec.ranking.memory import Memory
+
+
+def write(store: Store, project: str, *raw: dict) -> list:
+    return store.write(project, validate_batch(list(raw)))
+
+
+def test_migrations_are_numbered_and_applied_once(tmp_path):
+    path = tmp_path / "m.duckdb"
+    Store(path).close()
+    store = Store(path)
+    versions = [v for (v,) in store.cursor().execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()]
+    assert versions == list(range(1, len(MIGRATIONS) + 1))
+    store.close()
+
+
+def test_units_survive_a_restart_with_their_ids_and_token_counts(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [res] = write(store, "p", {"kind": "turn", "text": "hello world", "ref": "r"})
+    store.close()
+    store = Store(tmp_path / "m.duckdb")
+    unit = store.units("p", res.ids)[res.ids[0]]
+    assert (unit.ref, unit.text, unit.tokens) == ("r", "hello world", 2)
+    store.close()
+
+
+def test_a_failing_item_rolls_back_the_whole_batch(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    with pytest.raises(InputError, match="names no unit"):
+        write(store, "p", {"kind": "turn", "text": "first"},
+              {"kind": "decision", "text": "second", "supersedes": "missing"})
+    assert store.count_units("p") == 0 and store.generation("p") == 0
+    store.close()
+
+
+def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    a, b = write(store, "p", {"kind": "decision", "ref": "a", "text": "old"},
+                 {"kind": "decision", "ref": "b", "text": "new", "supersedes": "a"})
+    units = store.units("p", [a.ids[0], b.ids[0]])
+    assert units[a.ids[0]].superseded_by == b.ids[0] and units[b.ids[0]].supersedes == a.ids[0]
+    store.close()
+
+
+def test_a_supersedes_cycle_is_refused(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "p", {"kind": "decision", "ref": "a", "text": "A"},
+          {"kind": "decision", "ref": "b", "text": "B", "supersedes": "a"})
+    with pytest.raises(InputError, match="cycle"):
+        write(store, "p", {"kind": "decision", "ref": "a", "text": "A again", "supersedes": "b"})
+    store.close()
+
+
+def test_supersedes_must_name_a_decision_of_the_same_project(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "other", {"kind": "decision", "ref": "x", "text": "elsewhere"})
+    write(store, "p", {"kind": "turn", "ref": "t", "text": "a turn"})
+    with pytest.raises(InputError, match="names no unit"):
+        write(store, "p", {"kind": "decision", "text": "n", "supersedes": "x"})
+    with pytest.raises(InputError, match="only a decision"):
+        write(store, "p", {"kind": "decision", "text": "n", "supersedes": "t"})
+    store.close()
+
+
+def test_a_note_rewritten_shorter_loses_its_extra_chunks(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    long = "\n\n".join(f"# H{i}\n\n" + "word " * 50 for i in range(5))
+    [first] = write(store, "p", {"kind": "note", "path": "a.md", "text": long})
+    [second] = write(store, "p", {"kind": "note", "path": "a.md", "text": "# H0\n\nshort now"})
+    assert len(first.ids) == 5 and second.ids == first.ids[:1] and second.outcome == "updated"
+    assert store.count_units("p") == 1
+    store.close()
+
+
+def test_changing_a_refs_kind_is_refused(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "p", {"kind": "turn", "ref": "r", "text": "t"})
+    with pytest.raises(InputError, match="already names a turn"):
+        write(store, "p", {"kind": "decision", "ref": "r", "text": "d"})
+    store.close()
+
+
+def test_the_store_is_a_real_duckdb_file(tmp_path, memory):
+    memory.remember("p", [{"kind": "turn", "text": "on disk"}])
+    memory.close()
+    con = duckdb.connect(str(memory.store.path), read_only=True)
+    assert con.execute("SELECT text FROM units").fetchall() == [("on disk",)]
+    con.close()
+
+
+def test_a_note_of_headings_only_is_stored_as_written(tmp_path):
+    # Found by tests/test_hostile.py: such a note made no chunk, and the write failed obscurely.
+    store = Store(tmp_path / "m.duckdb")
+    [result] = write(store, "p", {"kind": "note", "path": "a.md", "text": "## decisions\n\n# Title"})
+    unit = store.units("p", result.ids)[result.ids[0]]
+    assert result.outcome == "stored" and unit.text == "## decisions\n\n# Title"
+    store.close()
+
+
+@pytest.mark.parametrize("name", ["\u00b9", "#\u0663", "9" * 30, "#" + "1" * 5000])
+def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(tmp_path, name):
+    # Found by tests/test_hostile.py: '\u00b9'.isdigit() is true but int() refuses it.
+    store = Store(tmp_path / "m.duckdb")
+    write(store, "p", {"kind": "turn", "text": "one"})
+    assert store.ids_for("p", name) == []
+    with pytest.raises(InputError, match="nothing to forget"):
+        store.forget("p", [name])
+    store.close()
+
+
+def test_a_write_through_one_store_moves_the_generation_another_store_on_the_file_sees(tmp_path):
+    first, second = Store(tmp_path / "m.duckdb"), Store(tmp_path / "m.duckdb")
+    assert second.generation("p") == 0
+    write(first, "p", {"kind": "turn", "text": "hello"})
+    assert second.generation("p") == first.generation("p") == 1
+    first.close()
+    second.close()
+
+
+def test_every_write_path_logs_the_units_it_changed(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [a, b] = write(store, "p", {"kind": "turn", "ref": "a", "text": "one"}, {"kind": "turn", "text": "two"})
+    write(store, "p", {"kind": "turn", "ref": "a", "text": "one, edited"}, {"kind": "turn", "text": "two"})
+    store.rename_ref("p", "a", "a2", None)
+    store.forget("p", [f"#{b.ids[0]}"])
+    log = store.cursor().execute("SELECT generation, unit_id FROM unit_changes WHERE project = 'p' "
+                                 "ORDER BY generation, unit_id").fetchall()
+    assert log == [(1, a.ids[0]), (1, b.ids[0]), (2, a.ids[0]), (3, a.ids[0]), (4, b.ids[0])]
+    store.close()
+
+
+def test_an_explanation_is_readable_at_once_and_after_a_restart(home):
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    slate = memory.recall("p", "kafka partitions")
+    assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
+    memory.close()
+    memory = Memory.open(home)
+    assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
+    memory.close()
+
+
+def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [old] = write(store, "p", {"kind": "turn", "text": "old"})
+    out = write(store, "p", {"kind": "turn", "text": "new"}, {"kind": "turn", "text": "old"},
+                {"kind": "turn", "ref": "r", "text": "with a ref"})
+    assert [r.outcome for r in out] == ["stored", "unchanged", "stored"] and out[1].ids == old.ids
+    assert store.count_units("p") == 3 and store.generation("p") == 2
+    store.close()
+
+
+def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(tmp_path):
+    store = Store(tmp_path / "m.duckdb")
+    [old, kept] = write(store, "p", {"kind": "decision", "ref": "d1", "text": "Use Postgres."},
+                        {"kind": "turn", "ref": "t", "text": "first words"})
+    assert store.units("p", [old.ids[0], kept.ids[0]])[kept.ids[0]].text == "first words"  # now cached
+    write(store, "p", {"kind": "turn", "ref": "t", "text": "second words"},
+          {"kind": "decision", "ref": "d2", "text": "Use Postgres 16.", "supersedes": "d1"})
+    seen = store.units("p", [old.ids[0], kept.ids[0]])
+    assert seen[kept.ids[0]].text == "second words" and seen[old.ids[0]].superseded_by is not None
+    store.forget("p", ["t"])
+    assert kept.ids[0] not in store.units("p", [old.ids[0], kept.ids[0]])
+    assert store.units("q", [old.ids[0]]) == {}  # another project's ids name nothing
+    store.close()
+
+
+def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
+    from agentmemrec.indexing.store.sessions import SessionIndex
+    store = Store(tmp_path / "m.duckdb")
+    turns = write(store, "p", *({"kind": "turn", "session": "s1", "text": f"turn {i}",
+                                 "at": f"2024-01-01T10:0{i}:00"} for i in range(3)))
+    index = SessionIndex(store)
+    first = index.around("p", ["s1"]).neighbours
+    assert first[turns[2].ids[0]] == (turns[1].ids[0], None, 1.0)
+    [added] = write(store, "p", {"kind": "turn", "session": "s1", "text": "turn 3", "at": "2024-01-01T10:03:00"})
+    after = index.around("p", ["s1"]).neighbours
+    assert after[turns[2].ids[0]] == (turns[1].ids[0], added.ids[0], 2 / 3)
+    store.forget("p", [f"#{turns[1].ids[0]}"])
+    gone = index.around("p", ["s1"]).neighbours
+    assert turns[1].ids[0] not in gone and gone[turns[2].ids[0]] == (turns[0].ids[0], added.ids[0], 0.5)
+    store.close()
+
+
+def test_only_the_newest_explanations_are_kept_per_project(home, monkeypatch):
+    from agentmemrec.indexing.store import slates
+    monkeypatch.setattr(slates, "KEEP_SLATES", 2)
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    memory.remember("q", [{"kind": "turn", "text": "kafka in another project"}])
+    first, *newest = [memory.recall("p", f"kafka question {i}").slate_id for i in range(3)]
+    other = memory.recall("q", "kafka").slate_id
+    memory.close()  # stores what is queued
+    memory = Memory.open(home)
+    with pytest.raises(InputError, match="unknown slate id"):
+        memory.explain(first, {"p"})
+    kept = [memory.explain(s, {"p"})["candidates"][0] for s in newest]
+    assert all(c["features"]["bm25_rank"] is not None and c["features"]["dense_cosine"] is None for c in kept)
+    assert memory.explain(other, {"q"})["slate_id"] == other  # another project's are its own
+    memory.close()

@@ -1,0 +1,121 @@
+"""Secrets never reach the store: each pattern family, what must be left alone, and `remember`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from agentmemrec.indexing.redact import PATTERNS, redact
+from agentmemrec.server.app import create_server
+from agentmemrec.server.cli import build_parser, serve_settings
+
+from helpers import call, settings_for, turn
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+# (pattern name, text, the secret that must disappear)
+FAMILIES = [
+    ("openai-key", "export key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z", "sk-proj-Ab3dEf6hIj9kLm2n"),
+    ("anthropic-key", "ANTHROPIC_API_KEY=sk-ant-api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2", "sk-ant-api03-Zx9Yw8"),
+    ("aws-access-key", f"aws_access_key_id = {AWS_KEY}", AWS_KEY),
+    ("aws-secret-key", "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+     "wJalrXUtnFEMI/K7MDENG"),
+    ("github-token", "git clone https://x:ghp_1234567890abcdefghijABCDEFGHIJ123456@github.com/a/b",
+     "ghp_1234567890abcdefghij"),
+    ("github-token", "GH=github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstu", "github_pat_11ABCDEFG"),
+    ("slack-token", "the bot token is xoxb-2048-4096-AbCdEfGhIjKl", "xoxb-2048-4096"),
+    ("stripe-key", "charge with sk_live_4eC39HqLyjWDarjtT1zdp7dc today", "sk_live_4eC39HqLyjWD"),
+    ("stripe-key", "restricted rk_live_51H8abcdefghijklmnop", "rk_live_51H8abcdefgh"),
+    ("google-api-key", "maps key AIzaSyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsHI", "AIzaSyDdI0hCZtE6vySjMm"),
+    ("jwt", "cookie eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9P",
+     "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
+    ("private-key", "key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+     "-----END OPENSSH PRIVATE KEY-----\ndone", "b3BlbnNzaC1rZXktdjEAAAAA"),
+    ("bearer-token", "curl -H 'Authorization: Bearer 0a1b2c3d4e5f6a7b8c9d0e1f2a3b'", "0a1b2c3d4e5f6a7b8c9d"),
+    ("url-credentials", "DATABASE at postgres://app:pa55w0rd@db.internal:5432/pay", "pa55w0rd"),
+    ("secret-assignment", "psql with password=hunter22 then --token=abcd1234", "hunter22"),
+    ("secret-assignment", '{"client_secret": "s3cr3t"}', "s3cr3t"),
+    ("secret-assignment", "db_password: Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("high-entropy", "SESSION_SIGNING=f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6", "f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "secret"), FAMILIES,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(FAMILIES)])
+def test_each_secret_family_is_replaced_by_its_marker(name, text, secret):
+    result = redact(text)
+    assert secret not in result.text
+    assert f"[REDACTED:{name}]" in result.text
+    assert result.counts.get(name, 0) >= 1
+
+
+def test_every_pattern_in_the_table_has_a_test():
+    assert {p.name for p in PATTERNS} == {name for name, _, _ in FAMILIES}
+
+
+@pytest.mark.parametrize("text", [
+    "tokens = count_tokens(text)  # the tokenizer decides",
+    "password = form.password; token = read_token",
+    "The secret: we never log it. max_tokens: 4096",
+    "API_KEY=$API_KEY PASSWORD=changeme password=<your password>",
+    "PATH=/usr/local/bin:/usr/bin:/bin",
+    "We decided to rotate the AWS keys monthly and keep them in Vault.",
+])
+def test_ordinary_prose_and_code_are_left_alone(text):
+    result = redact(text)
+    assert result.text == text and result.counts == {}
+
+
+def test_the_key_name_stays_readable():
+    assert redact("DB_PASSWORD=hunter22").text == "DB_PASSWORD=[REDACTED:secret-assignment]"
+
+
+def test_redaction_stays_linear_on_adversarial_text():
+    # Each of these took minutes with a backtracking pattern; linear patterns take milliseconds.
+    runs = ["x_y_z-", "a.", "eyJ-", "sk-", "xoxb-", "token_", "secret", "a://", "postgres://u:",
+            "password=", "TOKEN = ", "ghp_", "Bearer ", "A=", "secret: ", "AIza-", 'token="']
+    started = time.perf_counter()
+    for run in runs:
+        redact(run * (100_000 // len(run)))
+    assert time.perf_counter() - started < 10
+
+
+fragments = st.sampled_from([text for _, text, _ in FAMILIES] + ["plain words", "\n", " = ", ": "])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(fragments | st.text(max_size=30), max_size=8))
+def test_redacting_twice_changes_nothing(parts):
+    once = redact("".join(parts)).text
+    assert redact(once).text == once
+
+
+@pytest.mark.anyio
+async def test_remember_redacts_every_kind(client):
+    await call(client, "remember", items=[
+        turn(f"Deploy with {AWS_KEY} as the access key id", ref="t"),
+        {"kind": "decision", "ref": "d", "title": "Use ghp_1234567890abcdefghijABCDEFGHIJ123456",
+         "text": "CI pushes with password=hunter22"},
+        {"kind": "note", "path": "ops.md", "text": "SESSION_SIGNING=f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6"},
+    ])
+    slate = await call(client, "recall_slate", query="deploy access key CI pushes ops")
+    context = slate["context"]
+    assert {i["ref"] for i in slate["items"]} == {"t", "d", "ops.md"}
+    for secret in (AWS_KEY, "ghp_1234567890", "hunter22", "f3Kq9vLx2Wm8"):
+        assert secret not in context
+    assert "[REDACTED:aws-access-key]" in context and "[REDACTED:github-token]" in context
+
+
+@pytest.mark.anyio
+async def test_a_server_started_with_no_redact_stores_text_verbatim(home):
+    settings = serve_settings(build_parser().parse_args(["serve", "--project", "alpha", "--no-redact"]))
+    assert settings.redact is False
+    async with Client(create_server(replace(settings_for(home, "alpha"), redact=False))) as c:
+        await call(c, "remember", items=[turn(f"The access key id is {AWS_KEY}")])
+        slate = await call(c, "recall_slate", query="access key id")
+    assert AWS_KEY in slate["context"]

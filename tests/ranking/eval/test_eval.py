@@ -1,0 +1,107 @@
+"""`agentmemrec eval`: metrics against hand-computed cases, and tiny benchmark files end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentmemrec.ranking.eval.metrics import (
+    Outcome,
+    conditional_ranking_completeness,
+    evidence_recall,
+    pool_completeness,
+    slate_completeness,
+    summarize,
+)
+from agentmemrec.server.cli import main
+
+
+def O(e, p, s, cat="x", lost=None):  # noqa: E743 - short constructor for the tables below
+    return Outcome(cat, frozenset(e), frozenset(p), frozenset(s), lost)
+
+
+def test_metrics_match_hand_computed_values():
+    outcomes = [O("ab", "abc", "ab"),      # complete everywhere
+                O("ab", "abc", "a", lost="budget"),  # pool complete, slate half
+                O("ab", "a", "a"),        # pool incomplete
+                O("c", "c", "")]          # pool complete, nothing in slate
+    assert pool_completeness(outcomes) == 3 / 4
+    assert slate_completeness(outcomes) == 1 / 4
+    assert conditional_ranking_completeness(outcomes) == 1 / 3
+    assert evidence_recall(outcomes) == pytest.approx((1 + 0.5 + 0.5 + 0) / 4)
+    s = summarize(outcomes)
+    assert (s["lost_never_in_pool"], s["lost_to_budget"], s["questions"]) == (1, 1, 4)
+
+
+def test_empty_sets_give_no_figure_rather_than_a_fake_one():
+    assert slate_completeness([]) is None
+    assert conditional_ranking_completeness([O("a", "", "")]) is None
+
+
+def locomo_file(path):
+    conv = {"speaker_a": "Ana", "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a beagle named Rex."},
+                          {"speaker": "Bo", "dia_id": "D1:2", "text": "Nice! I bought a red kayak.",
+                           "blip_caption": "a photo of a red kayak on a lake"}],
+            "session_2_date_time": "10:00 am on 20 May, 2023",
+            "session_2": [{"speaker": "Ana", "dia_id": "D2:1", "text": "Rex learned to fetch the ball."},
+                          {"speaker": "Bo", "dia_id": "D2:2", "text": "My kayak trip was in the rain."}]}
+    qa = [{"question": "What is the name of Ana's beagle?", "answer": "Rex", "evidence": ["D1:1"], "category": 1},
+          {"question": "What did Bo's photo show?", "answer": "a kayak", "evidence": ["D1:2", "D9:9"], "category": 4},
+          {"question": "What did Rex learn and what dog is he?", "answer": "fetch", "evidence": ["D1:1; D2:1"], "category": 2},
+          {"question": "Adversarial", "answer": "-", "evidence": ["D1:1"], "category": 5}]
+    path.write_text(json.dumps({**conv, "qa": qa}))
+
+
+def longmemeval_file(path):
+    record = {"question_id": "q1", "question_type": "multi-session",
+              "question": "How many hours did I spend on the pottery class and the guitar lesson?",
+              "question_date": "2023/05/30 (Tue) 03:16", "answer": "5",
+              "haystack_session_ids": ["s1", "s2"],
+              "haystack_dates": ["2023/05/20 (Sat) 15:08", "2023/05/30 (Tue) 09:00"],
+              "haystack_sessions": [
+                  [{"role": "user", "content": "The pottery class took 3 hours.", "has_answer": True},
+                   {"role": "assistant", "content": "That sounds relaxing."}],
+                  [{"role": "user", "content": "My guitar lesson lasted 2 hours.", "has_answer": True},
+                   {"role": "assistant", "content": "Great progress."}]]}
+    path.write_text(json.dumps(record))
+
+
+def test_locomo_file_runs_end_to_end_and_json_matches_the_table(home, tmp_path, capsys):
+    locomo_file(tmp_path / "conv-1.json")
+    out_json = tmp_path / "r.json"
+    per_q = tmp_path / "q.jsonl"
+    assert main(["eval", "locomo", str(tmp_path / "conv-1.json"), "--budget", "300", "--budget", "400",
+                 "--json", str(out_json), "--per-question", str(per_q)]) == 0
+    table = capsys.readouterr().out
+    records = json.loads(out_json.read_text())
+    assert [(r["variant"], r["budget"]) for r in records] == [("bm25", 300), ("bm25", 400)]
+    for r in records:
+        assert r["questions"] == 3  # category 5 left out, the missing id ignored, "a; b" split
+        assert r["slate_completeness"] == 1.0
+        row = next(l.split() for l in table.splitlines() if l.startswith(f"bm25     {r['budget']}"))
+        assert row[2] == str(r["questions"]) and row[4] == f"{100 * r['slate_completeness']:.1f}%"
+        assert row[3] == f"{100 * r['pool_completeness']:.1f}%"
+        assert set(r["by_category"]) == {"1", "2", "4"}
+    lines = [json.loads(l) for l in per_q.read_text().splitlines()]
+    assert {tuple(l["evidence"]) for l in lines} == {("D1:1",), ("D1:2",), ("D1:1", "D2:1")}
+
+
+def test_longmemeval_file_uses_the_question_day_as_cut_off(home, tmp_path, capsys):
+    longmemeval_file(tmp_path / "q1.json")
+    out_json = tmp_path / "r.json"
+    assert main(["eval", "longmemeval", str(tmp_path), "--budget", "2700", "--json", str(out_json)]) == 0
+    [record] = json.loads(out_json.read_text())
+    assert record["questions"] == 1 and record["slate_completeness"] == 1.0
+    assert record["by_category"]["multi-session"]["evidence_recall"] == 1.0
+    assert record["recall_p50_ms"] > 0 and record["ingest_units_per_s"] > 0
+
+
+def test_unknown_variant_and_missing_path_are_clear_errors(home, tmp_path, capsys):
+    locomo_file(tmp_path / "c.json")
+    assert main(["eval", "locomo", str(tmp_path / "c.json"), "--variant", "magic"]) == 2
+    assert "unknown variant(s) ['magic']" in capsys.readouterr().err
+    assert main(["eval", "locomo", str(tmp_path / "missing.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err

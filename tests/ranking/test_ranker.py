@@ -1,0 +1,169 @@
+"""The learned ranker: features (missing is missing), training through the product's pipeline,
+the model file's contract, cross-validated evaluation, graceful degradation, explanations."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+
+import pytest
+
+from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking import features as F
+from agentmemrec.ranking.candidates import Candidate, ChannelHit
+from agentmemrec.ranking.eval.train import ENSEMBLE
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.cli import main
+
+from helpers import write_locomo
+
+T = datetime(2026, 5, 1)
+
+
+def cand(uid: int, text: str, pool_rank: int, channels: dict, **unit) -> Candidate:
+    return Candidate(Unit(uid, "p", unit.pop("kind", "turn"), text, 10, T, uid, **unit), pool_rank, channels, 0.0)
+
+
+def context(pool, scores, neighbours=None, query="What did Ana say about src/app/main.py in v2.3?", cross=None):
+    return F.QueryContext(query, datetime(2026, 5, 3), 256, scores, neighbours or {}, F.query_keys(query),
+                          cross or {}, pool)
+
+
+def test_a_missing_source_is_nan_not_zero():
+    pool = [cand(1, "hello", 1, {"bm25": ChannelHit(1, 3.0)}, session="s", speaker="Ana", role="user")]
+    ctx = context(pool, {"bm25": {1: 3.0}})
+    row = dict(zip(F.FEATURE_NAMES, F.feature_matrix(pool, ctx)[0]))
+    for name in ("dense_cosine", "dense_cosine_z", "dense_rank", "cross_encoder_z", "neighbour_dense",
+                 "session_best_dense_rank"):
+        assert math.isnan(row[name]), name
+    assert row["bm25_rank"] == math.log1p(1) and row["bm25_score_norm"] == 1.0
+    assert row["speaker_in_query"] == 1.0 and row["age_days"] == pytest.approx(math.log1p(2))
+
+
+def test_context_and_session_features():
+    pool = [cand(1, "we changed src/app/main.py for v2.3", 1, {"bm25": ChannelHit(1, 4.0), "dense": ChannelHit(3, 0.5)},
+                 session="s"),
+            cand(2, "unrelated", 2, {"dense": ChannelHit(1, 0.9)}, session="s", kind="decision", status="rejected")]
+    neighbours = {1: (None, 2, 0.0), 2: (1, 3, 0.5)}
+    ctx = context(pool, {"bm25": {1: 4.0, 2: 0.0, 3: 2.0}, "dense": {1: 0.5, 2: 0.9, 3: 0.1}}, neighbours)
+    rows = [dict(zip(F.FEATURE_NAMES, r)) for r in F.feature_matrix(pool, ctx)]
+    assert rows[0]["key_overlap"] == pytest.approx(2 / 3)  # src/app/main.py and 2.3 of {ana, path, 2.3}
+    assert rows[1]["session_best_bm25_rank"] == math.log1p(1)  # its session holds the top BM25 hit
+    assert rows[1]["bm25_rank"] == math.log1p(257)  # beyond the run depth
+    assert rows[1]["neighbour_bm25"] == pytest.approx(1.0)  # both neighbours: 4.0/4 and 2.0/4
+    assert rows[0]["neighbour_dense"] == pytest.approx(0.9)
+    assert rows[1]["decision_status"] == F.STATUS_CODES["rejected"] and rows[1]["kind"] == 1.0
+    assert rows[0]["session_position"] == 0.0 and rows[1]["session_position"] == 0.5
+    # a turn read with its neighbour: the mean of the two cosines, missing at a session's edge
+    assert math.isnan(rows[0]["pair_prev_dense"]) and rows[0]["pair_next_dense"] == pytest.approx(0.7)
+    assert rows[1]["pair_prev_dense"] == pytest.approx(0.7) and rows[1]["pair_next_dense"] == pytest.approx(0.5)
+    assert rows[0]["pair_next_dense_z"] == pytest.approx(1.0)  # normalised over the pool: 0.7 and 0.5
+    assert math.isnan(rows[1]["pair_prev_dense_z"])  # a single value has no spread to scale by
+
+
+def test_question_and_text_cue_features():
+    pool = [cand(1, "I finished two books last week, The Hobbit was great.", 1,
+                 {"bm25": ChannelHit(1, 4.0), "dense": ChannelHit(2, 0.6)}, session="s"),
+            cand(2, "Did you read anything good?", 2, {"bm25": ChannelHit(2, 1.0), "dense": ChannelHit(1, 0.8)},
+                 session="s"),
+            cand(3, "My dog loves the park.", 3, {"bm25": ChannelHit(3, 2.0), "dense": ChannelHit(3, 0.2)},
+                 session="t")]
+    ctx = context(pool, {"bm25": {1: 4.0, 2: 1.0, 3: 2.0}, "dense": {1: 0.6, 2: 0.8, 3: 0.2}},
+                  query="What books has Tim read?")
+    rows = [dict(zip(F.FEATURE_NAMES, r)) for r in F.feature_matrix(pool, ctx)]
+    assert [r["is_question"] for r in rows] == [0.0, 1.0, 0.0]
+    assert [r["time_cue"] for r in rows] == [1.0, 0.0, 0.0]
+    assert rows[0]["term_overlap"] == pytest.approx(1 / 4)  # book of {book, has, read, tim}
+    assert rows[1]["term_overlap"] == pytest.approx(1 / 4)  # read
+    assert all(r["query_wants_many"] == 1.0 and r["query_asks_when"] == 0.0 for r in rows)
+    assert rows[0]["dense_gap_session"] == pytest.approx(-0.2) and rows[1]["dense_gap_session"] == 0.0
+    assert rows[0]["dense_rank_in_session"] == math.log1p(1) and rows[2]["dense_rank_in_session"] == 0.0
+    assert rows[1]["bm25_gap_session"] == pytest.approx(-3 / 4) and rows[2]["bm25_gap_session"] == 0.0
+
+
+def test_without_an_embedder_the_session_dense_features_are_missing():
+    pool = [cand(1, "hello?", 1, {"bm25": ChannelHit(1, 3.0)}, session="s")]
+    row = dict(zip(F.FEATURE_NAMES, F.feature_matrix(pool, context(pool, {"bm25": {1: 3.0}}))[0]))
+    assert math.isnan(row["dense_gap_session"]) and math.isnan(row["dense_rank_in_session"])
+    assert math.isnan(row["pair_prev_dense"]) and math.isnan(row["pair_next_dense_z"])
+    assert set(F.DENSE_FEATURES) >= {"dense_gap_session", "dense_rank_in_session", "pair_prev_dense",
+                                     "pair_next_dense", "pair_prev_dense_z", "pair_next_dense_z"}
+
+
+@pytest.fixture(scope="module")
+def trained(minilm_home, tmp_path_factory):
+    data = tmp_path_factory.mktemp("data")
+    for i in range(4):
+        write_locomo(data / f"conv-{i}.json", seed=i)
+    out = tmp_path_factory.mktemp("model") / "ranker.json"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    try:
+        assert main(["train", "locomo", str(data), "--out", str(out)]) == 0
+    finally:
+        mp.undo()
+    return data, out
+
+
+def test_the_model_file_records_what_it_was_trained_with(trained):
+    _, out = trained
+    doc = json.loads(out.read_text())
+    assert doc["features"] == list(F.FEATURE_NAMES)
+    assert doc["embedder"].startswith("minilm@") and doc["reranker"] is None
+    assert "locomo" in doc["data"][0] and doc["questions"] == 4 * 14
+    assert doc["metrics"]["best_iteration"] >= 1 and "ndcg@10" in doc["metrics"]["valid"]
+    assert len(doc["models"]) == doc["ensemble"]["size"] == ENSEMBLE  # boosters averaged
+    model = RankerModel.load(out)
+    assert model.check_models(doc["embedder"], None) == []
+    assert "retrain" in model.check_models(None, None)[0]
+
+
+def test_a_model_for_other_features_is_refused(trained, tmp_path):
+    _, out = trained
+    doc = json.loads(out.read_text())
+    doc["features"] = doc["features"][:-1]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(StoreError, match="other features"):
+        RankerModel.load(bad)
+
+
+def test_cross_validated_full_variant_is_reported_with_its_ablation(trained, minilm_home, monkeypatch, tmp_path, capsys):
+    data, _ = trained
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    out = tmp_path / "r.json"
+    assert main(["eval", "locomo", str(data), "--variant", "rrf", "--variant", "full", "--cv", "2",
+                 "--ablation", "--budget", "400", "--json", str(out)]) == 0
+    names = [r["variant"] for r in json.loads(out.read_text())]
+    assert names == ["rrf", "full", "full-no-relevance", "full-no-context", "full-no-question", "full-no-coding",
+                     "full-no-session"]
+    assert all(r["questions"] == 56 for r in json.loads(out.read_text()))
+
+
+def test_without_an_embedder_the_model_still_ranks_and_explains(trained, home):
+    data, out = trained
+    memory = Memory.open(home, ranker_model=out)
+    assert isinstance(memory.ranker, LearnedRanker)
+    memory.remember("p", [{"kind": "turn", "text": t, "session": "s1", "ref": f"r{i}"}
+                          for i, t in enumerate(["Rex is a dog", "Rex turned out to be a cat", "lunch"])])
+    slate = memory.recall("p", "What animal is Rex?")
+    assert {i.unit.ref for i in slate.items} >= {"r0", "r1"}
+    why = memory.explain(slate.slate_id, {"p"})
+    first = why["candidates"][0]
+    assert first["features"]["dense_cosine"] is None and first["features"]["bm25_rank"] is not None
+    assert why["ranker"] == "lambdarank"
+    assert any(c.get("top_features") for c in why["candidates"] if c["outcome"] == "in_slate")
+    assert any("trained with embedder minilm@" in n for n in why["notes"])
+    memory.close()
+
+
+def test_a_damaged_ranker_file_falls_back_to_fusion_order(home, tmp_path):
+    bad = tmp_path / "ranker.json"
+    bad.write_text("{not json")
+    memory = Memory.open(home, ranker_model=bad)
+    assert memory.ranker.name == "pool-order"
+    assert any("cannot read ranker model" in n for n in memory.notes("p"))
+    memory.close()

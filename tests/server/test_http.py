@@ -1,0 +1,124 @@
+"""`serve --http`: a real server process on 127.0.0.1, bearer tokens, project access, size limits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from agentmemrec.server.cli import build_parser, main
+
+from helpers import call, call_error, turn
+
+pytestmark = pytest.mark.anyio
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def add_token(capsys: pytest.CaptureFixture[str], name: str, projects: str) -> str:
+    assert main(["tokens", "add", name, "--projects", projects]) == 0
+    return capsys.readouterr().out.strip()
+
+
+class Server:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.log: list[str] = []
+
+
+@asynccontextmanager
+async def http_server(home: Path, *extra: str) -> AsyncIterator[Server]:
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}/mcp")
+    ready = anyio.Event()
+    cmd = [sys.executable, "-m", "agentmemrec.server.cli", "serve", "--http", "--port", str(port), *extra]
+    async with await anyio.open_process(cmd, env={**os.environ, "AGENTMEMREC_HOME": str(home)}) as proc:
+
+        async def read_log() -> None:
+            async for chunk in proc.stderr:
+                server.log.extend(chunk.decode().splitlines())
+                if any("Uvicorn running on http://127.0.0.1:" in line for line in server.log):
+                    ready.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_log)
+            with anyio.fail_after(60):
+                await ready.wait()
+            try:
+                yield server
+            finally:
+                proc.terminate()
+
+
+def mcp_client(url: str, secret: str) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"})
+    return Client(streamable_http_client(url, http_client=http))
+
+
+def test_http_binds_to_the_loopback_address_unless_told_otherwise():
+    assert build_parser().parse_args(["serve", "--http"]).host == "127.0.0.1"
+
+
+async def test_requests_without_a_valid_token_are_refused_before_any_tool_runs(home, capsys):
+    secret = add_token(capsys, "alice", "alpha")
+    remember = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "remember", "arguments": {"items": [turn("written without a token")]}}}
+    async with http_server(home, "--max-request-bytes", "65536") as server, httpx2.AsyncClient() as http:
+        for auth in ({}, {"Authorization": "Bearer amr_wrong"}, {"Authorization": secret}):
+            for body in (INITIALIZE, remember):
+                reply = await http.post(server.url, json=body, headers={**HEADERS, **auth})
+                assert reply.status_code == 401
+        ok = await http.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {secret}"})
+        assert ok.status_code == 200
+        huge = {**remember, "params": {"name": "remember", "arguments": {"items": [turn("x" * 70_000)]}}}
+        too_big = await http.post(server.url, json=huge, headers={**HEADERS, "Authorization": f"Bearer {secret}"})
+        assert too_big.status_code == 413
+        async with mcp_client(server.url, secret) as client:
+            slate = await call(client, "recall_slate", query="written without a token")
+            assert slate["items"] == []
+    assert any("unknown or revoked bearer token" in line for line in server.log)
+
+
+async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(home, capsys):
+    alice = add_token(capsys, "alice", "alpha,beta")
+    bob = add_token(capsys, "bob", "gamma")
+    async with http_server(home) as server:
+        async with mcp_client(server.url, alice) as client:
+            out = await call(client, "remember", items=[turn("Alpha deploys on Fridays.", ref="a")])
+            assert out["project"] == "alpha"  # a token's first project is its default
+            await call(client, "remember", project="beta", items=[turn("Beta deploys on Mondays.")])
+            msg = await call_error(client, "remember", project="gamma", items=[turn("Alice was here.")])
+            assert "is not open to token 'alice'" in msg and "alpha, beta" in msg
+            assert "is not open" in await call_error(client, "recall_slate", query="deploys", project="gamma")
+        async with mcp_client(server.url, bob) as client:
+            slate = await call(client, "recall_slate", query="alice deploys fridays mondays")
+            assert slate["project"] == "gamma" and slate["items"] == []  # nothing reached gamma
+            assert "not open" in await call_error(client, "recall_slate", query="deploys", project="alpha")
+            with anyio.fail_after(30):  # the CLI forwards to the server, which owns the store
+                assert await anyio.to_thread.run_sync(main, ["tokens", "revoke", "alice"]) == 0
+        async with httpx2.AsyncClient() as http:
+            reply = await http.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {alice}"})
+            assert reply.status_code == 401
+    denials = [line for line in server.log if "denied: token 'alice'" in line]
+    assert len(denials) == 2 and "'gamma'" in denials[0]
+    assert "revoked token alice" in capsys.readouterr().out
+    assert main(["tokens", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.startswith("bob\tgamma\t") and "alice" not in listing and bob not in listing

@@ -1,0 +1,132 @@
+"""One store, many processes: the owner/follower protocol, in one process (each `SharedMemory`
+takes its own lock file descriptor, so two of them behave as two processes would)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.server import owner as owner_module
+from agentmemrec.server.owner import SharedMemory, socket_path
+
+from helpers import turn
+
+
+@pytest.fixture
+def pair(home: Path):
+    first, second = SharedMemory(home).start(), SharedMemory(home).start()
+    yield first, second
+    second.close()
+    first.close()
+
+
+def test_the_first_process_owns_the_store_and_the_next_gets_the_same_answers(pair):
+    owner, follower = pair
+    assert owner.is_owner and not follower.is_owner
+    stored = follower.remember("p", [turn("Payments publish to Kafka.", ref="k")])
+    assert stored[0].outcome == "stored" and owner.remember("p", [turn("Payments publish to Kafka.",
+                                                                      ref="k")])[0].ids == stored[0].ids
+    here, there = owner.recall("p", "kafka payments"), follower.recall("p", "kafka payments")
+    assert there.items == here.items and there.context.split("\n", 1)[1] == here.context.split("\n", 1)[1]
+    assert follower.explain(there.slate_id, {"p"})["candidates"][0]["ref"] == "k"
+    assert follower.projects() == {"p": 1}
+
+
+def test_typed_errors_cross_the_socket_unchanged(pair):
+    _, follower = pair
+    with pytest.raises(InputError, match="unknown kind 'memo'"):
+        follower.remember("p", [{"kind": "memo", "text": "x"}])
+    with pytest.raises(InputError, match="nothing to forget"):
+        follower.forget("p", ["ghost"])
+
+
+def test_when_the_owner_leaves_a_follower_takes_over_and_nothing_is_lost(home):
+    owner, follower = SharedMemory(home).start(), SharedMemory(home).start()
+    follower.remember("p", [turn(f"note {i}", ref=f"n{i}") for i in range(20)])
+    owner.close()
+    follower.remember("p", [turn("written after the hand-over", ref="late")])
+    assert follower.is_owner and follower.projects() == {"p": 21}
+    follower.close()
+
+
+def _fake_owner(home: Path, release: threading.Event | None = None) -> threading.Thread:
+    """Holds the lock and the socket and takes one request. Without `release` it dies before
+    answering; with it, it hangs (a stopped process) until `release` is set."""
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(socket_path(home.resolve())))
+    listener.listen()
+
+    def serve_one() -> None:
+        conn, _ = listener.accept()
+        conn.makefile("rb").readline()  # the request arrived ...
+        if release is not None:
+            release.wait(timeout=60)
+        listener.close()
+        socket_path(home.resolve()).unlink()
+        os.close(fd)  # ... and the owner is gone before it answers
+        conn.close()
+
+    thread = threading.Thread(target=serve_one, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_write_whose_owner_died_mid_call_is_repeated_on_the_next_owner(home):
+    dying = _fake_owner(home)
+    follower = SharedMemory(home).start()
+    assert not follower.is_owner
+    [result] = follower.remember("p", [turn("survives the owner's death", ref="s")])
+    dying.join(timeout=30)
+    assert follower.is_owner and result.outcome == "stored"
+    assert [i.unit.ref for i in follower.recall("p", "survives death").items] == ["s"]
+    follower.close()
+
+
+def test_a_forget_whose_reply_was_lost_is_reported_not_repeated(home):
+    dying = _fake_owner(home)
+    follower = SharedMemory(home).start()
+    with pytest.raises(StoreError, match="may or may not have been applied"):
+        follower.forget("p", ["anything"])
+    dying.join(timeout=30)
+    follower.close()
+
+
+def test_a_home_too_long_for_a_socket_path_gets_a_private_socket_directory(tmp_path):
+    home = tmp_path / ("h" * 120)
+    path = socket_path(home)
+    assert len(os.fsencode(path)) < 100 and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    owner, follower = SharedMemory(home).start(), SharedMemory(home).start()
+    assert follower.remember("p", [turn("long home")])[0].outcome == "stored"
+    follower.close()
+    owner.close()
+
+
+def test_a_damaged_store_file_is_reported_clearly_and_the_process_stays_up(home):
+    home.mkdir(parents=True)
+    (home / "memory.duckdb").write_bytes(b"this is not a database" * 100)
+    shared = SharedMemory(home, wait_s=1).start()  # no exception: a server keeps running
+    for _ in range(2):  # every call says what is wrong, and what to do
+        with pytest.raises(StoreError, match="not a valid DuckDB database.*Move the damaged file aside"):
+            shared.remember("p", [turn("x")])
+    shared.close()
+
+
+def test_an_owner_that_hangs_is_reported_not_waited_on_forever(home, monkeypatch):
+    monkeypatch.setattr(owner_module, "ANSWER_WAIT_S", 0.2)
+    release = threading.Event()
+    stuck = _fake_owner(home, release)
+    follower = SharedMemory(home).start()
+    with pytest.raises(StoreError, match="did not answer recall"):
+        follower.recall("p", "anything")
+    release.set()
+    stuck.join(timeout=30)
+    follower.close()

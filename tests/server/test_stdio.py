@@ -1,0 +1,74 @@
+"""End to end: a real `agentmemrec serve` process over stdio, reached by the SDK's client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import anyio
+import pytest
+from mcp import Client
+
+from agentmemrec.server.demo import server_params
+
+from helpers import call, call_error, turn
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_stdio_server_remembers_recalls_and_survives_a_restart(tmp_path):
+    home = tmp_path / "home"
+    with anyio.fail_after(60):
+        async with Client(server_params(home, "alpha")) as client:
+            await call(client, "remember", items=[turn("The CI runs on GitHub Actions.", ref="ci")])
+            assert "not served" in await call_error(client, "recall_slate", query="ci", project="beta")
+        async with Client(server_params(home, "alpha")) as client:  # a new process, same store
+            slate = await call(client, "recall_slate", query="which CI do we run on")
+            assert [i["ref"] for i in slate["items"]] == ["ci"]
+
+
+def test_stdout_carries_only_json_rpc(tmp_path):
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "remember", "arguments": {"items": [{"kind": "turn", "text": "hello there"}]}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "recall_slate", "arguments": {"query": "hello"}}},
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentmemrec.server.cli", "serve", "--project", "alpha"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "AGENTMEMREC_HOME": str(tmp_path / "home")})
+    messages = []
+    try:
+        for request in requests:
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+            if "id" in request:  # wait for its answer before sending the next request
+                while not any(m.get("id") == request["id"] for m in messages):
+                    line = proc.stdout.readline()
+                    assert line, "server closed stdout early"
+                    messages.append(json.loads(line))  # every stdout line parses as JSON
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert all(m.get("jsonrpc") == "2.0" for m in messages)
+    answer = next(m for m in messages if m.get("id") == 3)
+    assert "hello there" in answer["result"]["structuredContent"]["context"]
+    assert "agentmemrec INFO" in stderr  # logs went to stderr
+
+
+def test_demo_runs_three_recalls_through_a_real_server(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "demo", "--home", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("# memory slate s_") == 3
+    assert "SUPERSEDED by #" in proc.stdout and "REJECTED" in proc.stdout
+    assert "units of other projects never read" in proc.stdout
