@@ -247,7 +247,7 @@ def validate_batch(raw_items: Any) -> list[Item]:
     if len(raw_items) > MAX_BATCH:
         raise InputError(f"a batch holds at most {MAX_BATCH} items; got {len(raw_items)}, "
                          "send them in several calls")
-    items = [validate_item(raw, f"item {i}") for i, raw in enumerate(raw_items)]
+    items = [validate_item(raw, f"item {i}") for i, raw in enumerate(raw_items, 1)]
     refs = [it.ref for it in items if it.ref]
     dupes = sorted({r for r in refs if refs.count(r) > 1})
     if dupes:

@@ -7,7 +7,7 @@ import re
 import threading
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -38,7 +38,7 @@ from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate
 from agentmemrec.ranking.cross_encoder import Reranker, load_reranker
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
-from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate
+from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, display_status
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class Memory:
     def notes(self, project: str) -> list[str]:
         """What a reader of an explanation should know about how complete the channels were."""
         out = list(self.problems)
-        if self.dense is not None:
+        if self.dense is not None and not (self.worker is not None and self.worker.idle):
             pending = self.dense.vectors.count_pending(project)
             if pending:
                 out.append(f"{pending} units not yet embedded: they are found by BM25 only until "
@@ -172,6 +172,10 @@ class Memory:
         query, budget = _check_query(query), _check_budget(budget)
         selection = self.select(project, query, parse_time(as_of, "as_of"))
         slate = self.build(selection, budget)
+        notes = self.notes(project)
+        if not slate.items and self.store.count_units(project) == 0:
+            notes.append(f"project {project!r} holds no units yet")
+        slate = replace(slate, notes=tuple(notes))
         self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection))
         return slate
 
@@ -234,6 +238,7 @@ class Memory:
                 lost = "budget" if sc.rank < cutoff or sc.unit.tokens > slate.budget else "ranking"
             candidates.append({
                 "id": sc.unit.id, "rank": sc.rank, "pool_rank": sc.candidate.pool_rank,
+                "status": display_status(sc.unit, selection.inputs),
                 "score": sc.score, "tokens": sc.unit.tokens, "outcome": outcome, "lost_to": lost,
                 "channels": {n: {"rank": h.rank, "score": h.score}
                              for n, h in sc.candidate.channels.items()},
@@ -250,6 +255,7 @@ class Memory:
             "successors": [it.unit.id for it in slate.items if it.rank is None],
             "excluded_as_of": len(selection.excluded), "feature_names": names, "candidates": candidates,
             "beyond_pool": {n: {str(k): v for k, v in ids.items()} for n, ids in pool.cut_off.items()},
+            "notes": list(slate.notes),
         }
 
     # ---- explanation ------------------------------------------------------------------------
@@ -265,12 +271,13 @@ class Memory:
         project, payload = saved
         names = payload.pop("feature_names", None)
         live = self.store.units(project, [c["id"] for c in payload["candidates"]])
-        candidates = [{**c, **_unit_fields(live[c["id"]]), "features": _named(names, c.get("features"))}
-                      for c in payload["candidates"] if c["id"] in live]  # forgotten units never reappear
+        # forgotten units never reappear; a decision's status is the one in force in the slate
+        candidates = [{**_unit_fields(live[c["id"]]), **c, "features": _named(names, c.get("features"))}
+                      for c in payload["candidates"] if c["id"] in live]
         payload = {**payload, "project": project, "candidates": candidates,
                    "units_in_project": self.store.count_units(project),
                    "out_of_scope_units": self.store.units_outside(project),
-                   "notes": self.notes(project)}
+                   "notes": payload["notes"] if "notes" in payload else self.notes(project)}
         if refs:
             payload["diagnosis"] = [self._diagnose(project, payload, r) for r in refs]
         self._add_top_features(candidates)

@@ -41,6 +41,7 @@ class Slate:
     items: tuple[SlateItem, ...]
     outcomes: Mapping[int, Outcome] = field(default_factory=dict)
     fixed_tokens: int = 0  # preamble
+    notes: tuple[str, ...] = ()  # what limited the selection (models missing, units not yet embedded)
 
 
 @dataclass(frozen=True)

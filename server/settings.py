@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from importlib.metadata import version
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -15,6 +16,7 @@ from agentmemrec.indexing.sources.notes import DEFAULT_GLOBS
 from agentmemrec.indexing.units import check_project
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 
+VERSION = version("agentmemrec")
 HOME_ENV = "AGENTMEMREC_HOME"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from contextlib import asynccontextmanager
@@ -52,10 +53,14 @@ async def background_sources(settings: Settings, memory: Sink) -> AsyncIterator[
         return
     async with anyio.create_task_group() as tg:
         for folder in settings.watch:
+            log.info("watching %s: its notes and ADRs (%s) go to project %s", folder,
+                     " ".join(settings.note_globs), settings.project)
             tg.start_soon(_guarded, f"watching {folder}", partial(
                 watch_notes, memory, settings.project, folder, note_rules(settings)))
         claude_dir = settings.claude_dir.expanduser()
         if settings.capture_claude_code and claude_dir.is_dir():
+            log.info("capturing Claude Code sessions from %s for projects %s", claude_dir,
+                     ",".join(sorted(settings.allowed)))
             tg.start_soon(_guarded, "Claude Code capture", partial(
                 capture_claude_code, memory, claude_dir, capture_target(settings, settings.allowed),
                 capture_state(settings)))
@@ -113,7 +118,7 @@ def import_claude_code(memory: Sink, settings: Settings, source: Path | None,
         return import_files(memory, files, target, progress=lambda _file, _report: bar.update(1))
 
 
-def import_summary(report: ImportReport) -> list[str]:
+def import_summary(report: ImportReport, project: str | None = None) -> list[str]:
     projects = ", ".join(f"{p} {n}" for p, n in sorted(report.projects.items())) or "none"
     lines = [f"{report.files} files, {report.lines} lines read, {report.stored} turns stored or "
              f"updated, {report.unchanged} unchanged; turns by project: {projects}"]
@@ -121,4 +126,19 @@ def import_summary(report: ImportReport) -> list[str]:
     lines.append(f"skipped {sum(report.skipped.values())} lines" + (f": {skipped}" if skipped else ""))
     redacted = ", ".join(f"{k} {v}" for k, v in sorted(report.redactions.items()))
     lines.append(f"redacted {sum(report.redactions.values())} secrets" + (f": {redacted}" if redacted else ""))
+    if report.elsewhere and project:
+        lines.extend(_elsewhere_hint(report, project))
+    return lines
+
+
+def _elsewhere_hint(report: ImportReport, project: str) -> list[str]:
+    """Where the sessions not taken belong, and how to take them: the usual surprise is a
+    repository whose folder name is not the project's name."""
+    found = sorted(report.elsewhere.items(), key=lambda kv: -kv[1])
+    lines = ["sessions of other projects were left out: " + ", ".join(
+        f"{p} {n} turns (from {report.cwds.get(p) or 'an unknown folder'})" for p, n in found)]
+    example = json.dumps({report.cwds.get(p) or "/path/to/repository": project for p, _ in found[:2]})
+    lines.append(f"to store them in {project}, map their folders in a project map file, e.g. "
+                 f"{example}, and pass --project-map FILE; or import without --project to store "
+                 "each session in the project it maps to")
     return lines

@@ -66,7 +66,7 @@ def slate_out(slate: Slate) -> dict[str, Any]:
             "fixed_tokens": slate.fixed_tokens,
             "items": [{"unit": _unit_out(i.unit), "rank": i.rank, "tokens": i.tokens,
                        "status": i.status} for i in slate.items],
-            "outcomes": {str(k): v for k, v in slate.outcomes.items()}}
+            "outcomes": {str(k): v for k, v in slate.outcomes.items()}, "notes": list(slate.notes)}
 
 
 def slate_in(data: dict[str, Any]) -> Slate:
@@ -74,7 +74,7 @@ def slate_in(data: dict[str, Any]) -> Slate:
                   for i in data["items"])
     return Slate(data["slate_id"], data["project"], data["budget"], data["context"],
                  data["tokens_used"], items, {int(k): v for k, v in data["outcomes"].items()},
-                 data["fixed_tokens"])
+                 data["fixed_tokens"], tuple(data["notes"]))
 
 
 def _principal_in(data: dict[str, Any] | None) -> Principal | None:

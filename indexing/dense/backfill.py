@@ -78,6 +78,11 @@ class EmbeddingWorker:
         self._idle.clear()
         self._wake.set()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing left to embed as of its last pass (and no write since)."""
+        return self._idle.is_set()
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
 

@@ -51,6 +51,8 @@ class ImportReport:
     skipped: Mapping[str, int] = field(default_factory=dict)
     redactions: Mapping[str, int] = field(default_factory=dict)
     projects: Mapping[str, int] = field(default_factory=dict)  # turns per project
+    elsewhere: Mapping[str, int] = field(default_factory=dict)  # turns of projects not taken
+    cwds: Mapping[str, str] = field(default_factory=dict)  # a session folder of each of those
 
     def plus(self, other: "ImportReport") -> "ImportReport":
         def add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
@@ -58,7 +60,8 @@ class ImportReport:
         return ImportReport(self.files + other.files, self.lines + other.lines,
                             self.stored + other.stored, self.unchanged + other.unchanged,
                             add(self.skipped, other.skipped), add(self.redactions, other.redactions),
-                            add(self.projects, other.projects))
+                            add(self.projects, other.projects), add(self.elsewhere, other.elsewhere),
+                            {**other.cwds, **self.cwds})
 
 
 def transcript_files(path: Path) -> list[Path]:
@@ -75,6 +78,8 @@ def transcript_files(path: Path) -> list[Path]:
 def import_lines(sink: Sink, lines: Iterable[str], target: Target) -> ImportReport:
     """Convert lines, route each turn to its project, store them; nothing here is fatal."""
     skipped: Counter[str] = Counter()
+    elsewhere: Counter[str] = Counter()
+    cwds: dict[str, str] = {}
     groups: dict[str, dict[Any, dict[str, Any]]] = {}
     count = 0
     for line in lines:
@@ -82,26 +87,22 @@ def import_lines(sink: Sink, lines: Iterable[str], target: Target) -> ImportRepo
             continue
         count += 1
         turn = convert_line(line, target.options)
-        project = _route(turn, target, skipped)
-        if project is not None and isinstance(turn, Turn):  # a uuid seen twice is stored once
+        if isinstance(turn, str):
+            skipped[turn] += 1
+            continue
+        project = target.project_map.project_for(turn.cwd)
+        if project is None:
+            skipped["no-project"] += 1
+        elif target.projects is not None and project not in target.projects:
+            skipped["other-project"] += 1
+            elsewhere[project] += 1
+            cwds.setdefault(project, turn.cwd or "")
+        else:  # a uuid seen twice is stored once
             groups.setdefault(project, {})[turn.item.get("ref") or id(turn)] = turn.item
-    report = ImportReport(lines=count, skipped=dict(skipped))
+    report = ImportReport(lines=count, skipped=dict(skipped), elsewhere=dict(elsewhere), cwds=cwds)
     for project, items in groups.items():
         report = report.plus(_store(sink, project, list(items.values())))
     return report
-
-
-def _route(turn: Turn | str, target: Target, skipped: Counter[str]) -> str | None:
-    if isinstance(turn, str):
-        skipped[turn] += 1
-        return None
-    project = target.project_map.project_for(turn.cwd)
-    if project is None:
-        skipped["no-project"] += 1
-    elif target.projects is not None and project not in target.projects:
-        skipped["other-project"] += 1
-        return None
-    return project
 
 
 def _store(sink: Sink, project: str, items: list[dict[str, Any]]) -> ImportReport:

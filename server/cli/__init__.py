@@ -12,6 +12,7 @@ from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.server.cli import evaluation, memory, models, serve
 from agentmemrec.server.cli.common import setup_logging
 from agentmemrec.server.cli.serve import serve_settings
+from agentmemrec.server.settings import VERSION
 
 __all__ = ["build_parser", "main", "serve_settings"]
 GROUPS = (serve, memory, models, evaluation)
@@ -20,6 +21,8 @@ GROUPS = (serve, memory, models, evaluation)
 def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
     parser = argparse.ArgumentParser(prog="agentmemrec", description="AgentMemRec: a long-term memory for coding assistants that answers each query with a token-budgeted slate of evidence.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--version", action="version", version=f"agentmemrec {VERSION}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
     for group in GROUPS:

@@ -133,7 +133,7 @@ def cmd_import_claude_code(args: argparse.Namespace) -> int:
         report = import_claude_code(memory, settings, args.dir, args.project)
     finally:
         memory.close()
-    for line in import_summary(report):
+    for line in import_summary(report, args.project):
         emit(line)
     return 0
 
@@ -155,14 +155,21 @@ def cmd_recall(args: argparse.Namespace) -> int:
     memory = open_memory(settings)
     try:
         slate = memory.recall(settings.project, args.query, args.budget, args.as_of)
+        counts = memory.projects() if not slate.items else {}
     finally:
         memory.close()
+    notes = list(slate.notes)
+    if not slate.items and not counts.get(settings.project):
+        notes.append("projects in this store: " + (", ".join(f"{p} ({n} units)" for p, n in counts.items())
+                                                   or "none yet") + "; pick one with --project")
     if args.json:
-        emit(slate_result(slate).model_dump_json(indent=2))
-    else:
-        emit(slate.context, end="")
-        emit(f"-- slate {slate.slate_id}: {len(slate.items)} items, {slate.tokens_used}/"
-             f"{slate.budget} tokens (agentmemrec explain {slate.slate_id})")
+        emit(slate_result(slate).model_copy(update={"notes": notes}).model_dump_json(indent=2))
+        return 0
+    emit(slate.context, end="")
+    emit(f"-- slate {slate.slate_id}: {len(slate.items)} items, {slate.tokens_used}/"
+         f"{slate.budget} tokens (agentmemrec explain {slate.slate_id})")
+    for note in notes:
+        emit(f"-- note: {note}")
     return 0
 
 

@@ -142,16 +142,20 @@ async def test_explain_diagnoses_where_a_fact_was_lost(client):
 
 
 @pytest.mark.parametrize("items, fragment", [
-    ([{"kind": "memo", "text": "x"}], "Input should be 'turn', 'decision' or 'note'"),
-    ([{"kind": "decision", "text": "x", "status": "maybe"}], "'proposed', 'accepted', 'rejected' or 'superseded'"),
-    ([{"kind": "turn", "text": "   "}], "text is empty"),
-    ([{"kind": "turn", "text": "x" * (128 * 1024 + 1)}], "over the 131072-byte limit"),
+    ([{"kind": "memo", "text": "x"}], "item 2, field 'kind': must be one of: 'turn', 'decision', 'note'"),
+    ([{"kind": "decision", "text": "x", "status": "maybe"}],
+     "item 2, field 'status': must be one of: 'proposed', 'accepted', 'rejected', 'superseded'"),
+    ([{"kind": "turn", "text": "   "}], "item 2: text is empty"),
+    ([{"kind": "turn", "text": "x" * (128 * 1024 + 1)}], "item 2, field 'text': has more than 131072 characters"),
+    ([{"kind": "turn", "text": "é" * (64 * 1024 + 1)}], "item 2: text is 131074 bytes, over the 131072-byte limit"),
     ([{"kind": "decision", "text": "x", "supersedes": "ghost"}], "names no unit"),
     ([{"kind": "note", "text": "x"}], "needs the file path"),
     ([{"kind": "note", "text": "x", "path": "../etc/passwd"}], "relative to the project root"),
     ([{"kind": "turn", "text": "ok", "at": "yesterday"}], "ISO 8601"),
     ([{"kind": "turn", "text": "ok", "ref": "a"}, {"kind": "turn", "text": "ok2", "ref": "a"}], "more than once"),
-    ([{"kind": "turn", "text": "ok", "colour": "red"}], "Extra inputs are not permitted"),
+    ([{"kind": "turn", "text": "ok", "colour": "red"}], "item 2, field 'colour': is not a field; valid fields: kind"),
+    ([{"kind": "turn"}], "item 2, field 'text': is required"),
+    ([{"text": "ok"}, "x"], "item 2, field 'kind': is required (one of: turn, decision, note); item 3: must be an object"),
     ([{"kind": "turn", "text": "\x00\x00 "}], "text is empty"),
     ([{"kind": "turn", "text": "ok", "ref": "\ud800"}], "not valid Unicode"),
     ([{"kind": "turn", "text": "ok", "at": "9999-12-31T23:59:59-14:00"}], "out of range"),
@@ -162,13 +166,16 @@ async def test_bad_items_get_a_clear_error_and_nothing_is_written(client, items,
     good = turn("this valid item must not be stored when the batch fails", ref="good")
     msg = await call_error(client, "remember", items=[good, *items])
     assert fragment in msg
+    assert "pydantic" not in msg and "http" not in msg and "Input should" not in msg
     slate = await call(client, "recall_slate", query="valid item stored batch fails")
     assert slate["items"] == []
 
 
 @pytest.mark.parametrize("args, fragment", [
-    ({"query": "x", "budget_tokens": 199}, "[200, 200000]"),
-    ({"query": "x", "budget_tokens": 200_001}, "[200, 200000]"),
+    ({"query": "x", "budget_tokens": 199}, "budget_tokens: must be between 200 and 200000"),
+    ({"query": "x", "budget_tokens": 200_001}, "budget_tokens: must be between 200 and 200000"),
+    ({"query": "x", "budget_tokens": "many"}, "budget_tokens: must be a whole number, not str"),
+    ({"query": "x" * 8001}, "query: has more than 8000 characters"),
     ({"query": "  "}, "query is empty"),
     ({"query": "x", "as_of": "last week"}, "ISO 8601"),
 ])
@@ -187,7 +194,7 @@ async def test_unknown_slate_and_unknown_forget_refs_are_errors_that_change_noth
 
 async def test_batches_over_the_limit_are_refused(client):
     msg = await call_error(client, "remember", items=[turn(f"item {i}") for i in range(1001)])
-    assert "at most 1000" in msg
+    assert "items: has more than 1000 entries; send them in several calls" in msg
 
 
 async def test_tools_are_annotated_and_typed(client):

@@ -54,13 +54,17 @@ def test_recall_before_embedding_is_lexical_and_says_how_many_wait(tmp_path):
     memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
     slate = memory.recall("p", "kafka partitions")
     assert [i.unit.text for i in slate.items] == ["kafka partitions payment events"]
-    assert any("1 units not yet embedded" in n for n in memory.notes("p"))
+    assert any("1 units not yet embedded" in n for n in slate.notes)
     why = memory.explain(slate.slate_id, {"p"})
     assert why["candidates"][0]["channels"].keys() == {"bm25"}
     assert embed_pending(memory.dense.vectors, memory.dense.embedder) == 1
     assert memory.notes("p") == []
-    why = memory.explain(memory.recall("p", "kafka partitions").slate_id, {"p"})
-    assert why["candidates"][0]["channels"].keys() == {"bm25", "dense"}
+    # the explanation of the first slate still says why it had no dense ranks
+    assert any("not yet embedded" in n for n in memory.explain(slate.slate_id, {"p"})["notes"])
+    later = memory.recall("p", "kafka partitions")
+    assert later.notes == ()
+    why = memory.explain(later.slate_id, {"p"})
+    assert why["candidates"][0]["channels"].keys() == {"bm25", "dense"} and why["notes"] == []
     memory.close()
 
 
@@ -68,7 +72,7 @@ def test_background_worker_embeds_without_remember_waiting(tmp_path):
     memory = memory_with(tmp_path, BagOfWords(), background=True)
     memory.remember("p", [{"kind": "turn", "text": f"note number {i} about caching"} for i in range(150)])
     assert memory.worker.wait_idle(timeout=60)
-    assert memory.dense.vectors.count_pending("p") == 0
+    assert memory.dense.vectors.count_pending("p") == 0 and memory.notes("p") == []
     assert len(memory.dense.snapshot("p").ids) == 150
     memory.close()
 

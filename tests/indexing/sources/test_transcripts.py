@@ -125,6 +125,16 @@ def test_each_session_goes_to_its_own_repository_unless_mapped(home, claude, tmp
     assert "turns by project: payments 7" in capsys.readouterr().out
 
 
+def test_an_import_that_takes_nothing_says_where_the_sessions_went_and_how_to_map_them(home, claude, capsys):
+    projects, payments, other = claude
+    assert main(["import", "claude-code", str(projects), "--project", "billing"]) == 0
+    out = capsys.readouterr().out
+    assert "0 turns stored or updated" in out
+    assert (f"sessions of other projects were left out: payments 6 turns (from {payments}), "
+            f"website 1 turns (from {other})") in out
+    assert f'"{payments}": "billing"' in out and "--project-map FILE" in out
+
+
 def test_sidechains_are_stored_when_asked(home, claude, capsys):
     projects, _, _ = claude
     assert main(["import", "claude-code", str(projects), "--project", "payments",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -201,9 +202,11 @@ async def test_a_restart_reconciles_changes_made_while_stopped(memory, repo):
     assert not again.changed  # a second restart finds nothing to do
 
 
-async def test_serve_watch_fills_the_project_from_the_servers_lifespan(home, repo):
+async def test_serve_watch_fills_the_project_from_the_servers_lifespan(home, repo, caplog):
+    caplog.set_level(logging.INFO, logger="agentmemrec")
     settings = replace(settings_for(home, PROJECT), watch=(repo / "docs",))
     async with Client(create_server(settings)) as client:
+        assert f"watching {repo / 'docs'}: its notes and ADRs" in caplog.text  # one line a folder
         with anyio.fail_after(20):
             while not (await call(client, "recall_slate", query="bootstrap toolchain"))["items"]:
                 await anyio.sleep(0.05)  # polling the condition, bounded by fail_after

@@ -1,0 +1,184 @@
+"""What a client sees of the tools: argument types with the limits the core enforces, result
+models, and plain-words messages for arguments the schema refuses.
+
+The limits are the core's own constants, so `tools/list` states exactly what a call may send. The
+SDK validates arguments against these types before a tool runs; `plain_errors` turns what it
+refuses into one line per problem that names the 1-based item and the field, without pydantic's
+own wording or its links.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentmemrec.indexing.units import KINDS, MAX_BATCH, MAX_FIELD_CHARS, MAX_TEXT_BYTES
+from agentmemrec.ranking.memory import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+
+DEFAULT_BUDGET = 2700
+MAX_REFS = 1000  # refs named in one forget or explanation
+MAX_PROJECT_CHARS = 64
+
+
+def _line(description: str) -> Any:
+    return Field(None, description=description, max_length=MAX_FIELD_CHARS)
+
+
+class MemoryItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not silently dropped
+
+    kind: Literal["turn", "decision", "note"] = Field(
+        description="turn: a conversation turn; decision: a decision record; note: a file note")
+    # A character is at least one byte, so this bound never refuses text the store would take;
+    # the byte limit itself is checked by the core.
+    text: str = Field(description=f"The content to remember (at most {MAX_TEXT_BYTES // 1024} KiB "
+                                  "of UTF-8)", min_length=1, max_length=MAX_TEXT_BYTES)
+    ref: str | None = _line("Your stable id for this item; writing the same ref again updates "
+                            "it in place")
+    session: str | None = _line("Turns: the conversation or session key")
+    role: Literal["user", "assistant", "system", "tool"] | None = Field(
+        None, description="Turns: who spoke (default user)")
+    speaker: str | None = _line("Turns: the speaker's name, if known")
+    at: str | None = Field(None, description="ISO 8601 time of the item, e.g. 2026-05-02T14:30:00Z; "
+                                             "default: now", max_length=64)
+    title: str | None = _line("Decisions: a short title")
+    status: Literal["proposed", "accepted", "rejected", "superseded"] | None = Field(
+        None, description="Decisions: status (default accepted)")
+    supersedes: str | None = _line("Decisions: ref or id of the earlier decision this one replaces")
+    path: str | None = _line("Notes: the file path, relative to the project root (required for notes)")
+
+
+Items = Annotated[list[MemoryItem], Field(
+    description=f"The items to store, 1 to {MAX_BATCH}; the batch is stored all or nothing",
+    min_length=1, max_length=MAX_BATCH)]
+Project = Annotated[str | None, Field(
+    description="The project to use; default: the server's project (over HTTP, your token's first "
+                "project)", max_length=MAX_PROJECT_CHARS)]
+Query = Annotated[str, Field(
+    description="What the slate should answer: the task, question or topic, in plain words",
+    min_length=1, max_length=MAX_QUERY_CHARS)]
+Budget = Annotated[int, Field(
+    description=f"The slate's size in tokens, headers included ({MIN_BUDGET}-{MAX_BUDGET})",
+    ge=MIN_BUDGET, le=MAX_BUDGET)]
+AsOf = Annotated[str | None, Field(
+    description="ISO 8601 time: only what was recorded by then is eligible (default: now)",
+    max_length=64)]
+SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 12 hex digits)",
+                               max_length=64)]
+ExpectedRefs = Annotated[list[str] | None, Field(
+    description="Refs or ids ('#42') of facts you expected in the slate: the explanation says "
+                "where each was lost", max_length=MAX_REFS)]
+ForgetRefs = Annotated[list[str], Field(
+    description="Refs (every chunk of a note goes) or ids ('#42') to remove; unknown ones fail the "
+                "whole call", min_length=1, max_length=MAX_REFS)]
+UnitRef = Annotated[str, Field(description="A ref or an id ('#42')", max_length=MAX_FIELD_CHARS)]
+
+
+class StoredItem(BaseModel):
+    ref: str | None
+    ids: list[int]
+    outcome: Literal["stored", "updated", "unchanged"]
+
+
+class RememberResult(BaseModel):
+    project: str
+    items: list[StoredItem]
+
+
+class SlateItemOut(BaseModel):
+    id: int
+    ref: str | None
+    kind: str
+    session: str | None
+    role: str | None
+    at: str
+    status: str | None = Field(description="A decision's status in force when the slate was made")
+    path: str | None
+    tokens: int
+    rank: int | None = Field(description="Final rank; null for a successor decision pulled in "
+                                         "with the decision it supersedes")
+
+
+class SlateResult(BaseModel):
+    slate_id: str
+    project: str
+    context: str = Field(description="The rendered slate to read")
+    items: list[SlateItemOut]
+    tokens_used: int
+    budget_tokens: int
+    notes: list[str] = Field(default_factory=list, description="What limited this slate, if "
+                             "anything (e.g. units not yet embedded, an empty project)")
+
+
+class Explanation(BaseModel):
+    slate_id: str
+    project: str
+    query: str
+    budget: int
+    as_of: str | None
+    ranker: str
+    channels: list[str]
+    pool_size: int
+    tokens: dict[str, int]
+    units_in_project: int
+    out_of_scope_units: int = Field(description="Units in other projects, never read")
+    excluded_as_of: int
+    candidates: list[dict[str, Any]]
+    diagnosis: list[dict[str, Any]] | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class ForgetResult(BaseModel):
+    project: str
+    removed_ids: list[int]
+
+
+# ---- refused arguments, in plain words --------------------------------------------------------
+
+def plain_errors(exc: ValidationError) -> str:
+    """One line per refused argument: `item 3, field 'kind': must be one of turn, decision, note`."""
+    lines = [f"{_where(err['loc'])}: {_problem(err)}" for err in exc.errors(include_url=False)]
+    return "; ".join(dict.fromkeys(lines)) + ". Fix this and call again; nothing was changed."
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    parts, out = list(loc), []
+    while parts:
+        head = parts.pop(0)
+        if parts and isinstance(parts[0], int):
+            index = parts.pop(0) + 1
+            out.append(f"item {index}" if head == "items" else f"{head} entry {index}")
+        else:
+            out.append(f"field {head!r}" if out else str(head))
+    return ", ".join(out) or "arguments"
+
+
+def _problem(err: Any) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "missing":
+        return "is required" + (f" (one of: {', '.join(KINDS)})" if err["loc"][-1:] == ("kind",) else "")
+    if kind == "string_unicode":
+        return "is not valid Unicode (it holds a lone surrogate); send UTF-8 text"
+    if kind == "extra_forbidden":
+        return f"is not a field; valid fields: {', '.join(MemoryItem.model_fields)}"
+    if kind == "literal_error":
+        return f"must be one of: {ctx.get('expected', '').replace(' or ', ', ')}"
+    if kind in ("string_too_long", "too_long"):
+        unit = "characters" if kind == "string_too_long" else "entries"
+        hint = {"entries": "; send them in several calls", "characters": ""}[unit]
+        if err["loc"][-1:] == ("text",):
+            hint = "; split it into several items"
+        return f"has more than {ctx.get('max_length')} {unit}{hint}"
+    if kind in ("string_too_short", "too_short"):
+        return "is empty" if kind == "string_too_short" else f"needs at least {ctx.get('min_length')} entry"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        return f"must be between {MIN_BUDGET} and {MAX_BUDGET}" if err["loc"] == ("budget_tokens",) \
+            else f"must be {'at least' if kind == 'greater_than_equal' else 'at most'} " \
+                 f"{ctx.get('ge', ctx.get('le'))}"
+    expected = {"string_type": "text", "int_type": "a whole number", "int_parsing": "a whole number",
+                "int_from_float": "a whole number", "list_type": "a list",
+                "model_type": "an object", "model_attributes_type": "an object", "dict_type": "an object"}
+    if kind in expected:
+        return f"must be {expected[kind]}, not {type(err.get('input')).__name__}"
+    return err["msg"][0].lower() + err["msg"][1:]

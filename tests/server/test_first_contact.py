@@ -1,0 +1,103 @@
+"""What a client sees before it has learnt anything: the tool list, the server's identity, the
+notes on a slate, and the command line's own help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from agentmemrec.server.cli import build_parser, main
+
+from helpers import call, turn
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_every_tool_has_a_title_a_dedented_description_and_is_closed_world(client):
+    for tool in (await client.list_tools()).tools:
+        assert tool.title and tool.annotations.open_world_hint is False, tool.name
+        assert tool.description and not any(line.startswith(" ") for line in tool.description.splitlines())
+
+
+async def test_every_tool_parameter_is_described_and_carries_the_limits_the_server_enforces(client):
+    tools = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+    for name, schema in tools.items():
+        for param, spec in schema["properties"].items():
+            assert spec.get("description"), f"{name}.{param} has no description"
+    items = tools["remember"]["properties"]["items"]
+    assert (items["minItems"], items["maxItems"]) == (1, 1000)
+    item = tools["remember"]["$defs"]["MemoryItem"]["properties"]
+    assert item["text"]["maxLength"] == 128 * 1024 and limit(item["ref"], "maxLength") == 512
+    assert all(spec.get("description") for spec in item.values())
+    budget = tools["recall_slate"]["properties"]["budget_tokens"]
+    assert (budget["minimum"], budget["maximum"], budget["default"]) == (200, 200_000, 2700)
+    assert tools["recall_slate"]["properties"]["query"]["maxLength"] == 8000
+    assert tools["forget"]["properties"]["refs"]["maxItems"] == 1000
+    assert limit(tools["explain_selection"]["properties"]["refs"], "maxItems") == 1000
+
+
+def limit(spec: dict, key: str) -> int:
+    """A bound of a parameter, also where it is optional (`anyOf` a type and null)."""
+    return spec.get(key) or next(option[key] for option in spec.get("anyOf", []) if key in option)
+
+
+async def test_the_server_names_its_version(client):
+    assert client.server_info.name == "agentmemrec"
+    assert client.server_info.version == version("agentmemrec")
+
+
+async def test_a_recall_on_an_empty_project_says_so_and_lists_the_projects_it_may_use(client):
+    await call(client, "remember", project="beta", items=[turn("Beta deploys on Fridays.")])
+    slate = await call(client, "recall_slate", query="when do we deploy")
+    assert "project 'alpha' holds no units yet" in slate["notes"]
+    assert "projects you may use: alpha (0 units), beta (1 units)" in slate["notes"]
+
+
+async def test_explain_shows_a_decisions_status_in_force_as_the_slate_does(client):
+    await call(client, "remember", items=[
+        {"kind": "decision", "ref": "q-1", "title": "Queue", "text": "Use RabbitMQ for the job queue."},
+        {"kind": "decision", "ref": "q-2", "title": "Queue", "supersedes": "q-1",
+         "text": "Replace RabbitMQ with SQS for the job queue."}])
+    slate = await call(client, "recall_slate", query="RabbitMQ job queue")
+    assert {i["ref"]: i["status"] for i in slate["items"]} == {"q-1": "superseded", "q-2": "accepted"}
+    why = await call(client, "explain_selection", slate_id=slate["slate_id"])
+    assert {c["ref"]: c["status"] for c in why["candidates"]} == {"q-1": "superseded", "q-2": "accepted"}
+
+
+def test_version_is_printed(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"agentmemrec {version('agentmemrec')}"
+
+
+def test_every_command_line_option_and_command_has_help():
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helped = {choice.dest for choice in action._choices_actions}
+                for name, sub in action.choices.items():
+                    missing.extend([] if name in helped else [f"{path} {name}"])
+                    walk(sub, f"{path} {name}")
+            elif not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    walk(build_parser(), "agentmemrec")
+    assert not missing, missing
+
+
+def test_recall_on_an_empty_project_lists_the_projects_in_the_store(home, tmp_path):
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080."}) + "\n")
+    env = {"AGENTMEMREC_HOME": str(home)}
+    run = [sys.executable, "-m", "agentmemrec.server.cli"]
+    subprocess.run([*run, "import", str(src), "--project", "infra"], check=True, capture_output=True, env=env)
+    out = subprocess.run([*run, "recall", "port", "--project", "infar"], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    assert "-- note: project 'infar' holds no units yet" in out
+    assert "-- note: projects in this store: infra (1 units); pick one with --project" in out
