@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -169,13 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     spec = f"{args.device}:{args.precision}"
     results = {
-        "environment": environment(),
+        "command": "python bench/model_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "environment": environment(), "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(),
         "bge_m3_size_embedder": bench_embedder(ensure_installed(args.home, "embedder", 512), spec,
                                                args.units, args.unit_tokens, args.repeats),
         "bge_reranker_v2_m3_size": bench_reranker(ensure_installed(args.home, "reranker", 512), spec,
                                                   args.pairs, args.pair_tokens, args.repeats),
         "all_minilm_l6_v2": None if args.no_minilm else bench_minilm(args.home, spec, 256, args.repeats),
     }
+    results["load_avg_end"] = os.getloadavg()  # a shared machine: the figures move with its load
     text = json.dumps(results, indent=2)
     sys.stdout.write(text + "\n")
     if args.json:

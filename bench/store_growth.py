@@ -393,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     args.models_home = args.home / "models-home"
     identity, ranker = ensure_minilm(args.models_home), ranker_path(args.ranker_model)
-    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "pool": args.pool,
+    results: dict[str, Any] = {"command": "python bench/store_growth.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                               "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "pool": args.pool,
                                "sizes": {}}
     if args.dense_units:
         results["dense_ingest"] = dense_ingest(args.home / "dense", args.models_home, args.dense_units, ranker)

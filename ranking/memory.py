@@ -86,13 +86,14 @@ class Memory:
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
-             background: bool = True, ranker_model: Path | None = None, redact: bool = True) -> "Memory":
+             background: bool = True, ranker_model: Path | None = None, redact: bool = True,
+             rerank_limit: int | None = None) -> "Memory":
         """The store, its derived indexes and the active models under `home`. A missing or broken
         model degrades (to lexical retrieval, to fusion order), logged once and stated in
         every explanation."""
         store = Store(Path(home) / "memory.duckdb")
         channels: list[Channel] = [Bm25Channel(LexicalIndex(store, Path(home) / "index" / "bm25"))]
-        embedder, reranker, problems = _load_models(home, device)
+        embedder, reranker, problems = _load_models(home, device, rerank_limit)
         dense = DenseIndex(store, embedder) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
         if dense is not None:
@@ -330,7 +331,8 @@ def build(selection: Selection, budget: int) -> Slate:
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
 
 
-def _load_models(home: Path, device: str) -> tuple[Embedder | None, Reranker | None, list[str]]:
+def _load_models(home: Path, device: str, rerank_limit: int | None = None
+                 ) -> tuple[Embedder | None, Reranker | None, list[str]]:
     problems: list[str] = []
     try:
         embedder = load_embedder(home, device)
@@ -340,7 +342,7 @@ def _load_models(home: Path, device: str) -> tuple[Embedder | None, Reranker | N
     if embedder is None and not problems:
         problems.append(f"no embedder installed: candidates come from BM25 only; install one with: {INSTALL_HINT}")
     try:
-        reranker = load_reranker(home, device)
+        reranker = load_reranker(home, device, rerank_limit)
     except StoreError as exc:
         reranker = None
         problems.append(f"cross-encoder unusable ({exc}); ranking without its score")

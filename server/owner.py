@@ -185,7 +185,8 @@ def shared_memory(settings: Settings) -> SharedMemory:
 
     def opener() -> Memory:
         memory = Memory.open(settings.home, config, settings.device, background=False,
-                             ranker_model=settings.ranker_model, redact=settings.redact)
+                             ranker_model=settings.ranker_model, redact=settings.redact,
+                             rerank_limit=settings.rerank_limit)
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact)

@@ -56,6 +56,7 @@ class Settings:
     allowed: frozenset[str] = frozenset({"default"})
     pool_size: int = DEFAULT_POOL
     device: str = "auto"
+    rerank_limit: int | None = None  # candidates the cross-encoder scores (None: by device)
     ranker_model: Path | None = None  # default: the model shipped in the package
     redact: bool = True  # secrets become [REDACTED:<kind>] before anything is stored
     watch: tuple[Path, ...] = ()  # folders whose notes and ADRs follow into the default project

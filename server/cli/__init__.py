@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = _parser_and_commands()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a result file says produced it
     setup_logging(args.verbose)
     try:
         return int(commands[args.command](args) or 0)

@@ -47,6 +47,18 @@ def device_arg(p: argparse.ArgumentParser) -> None:
                    ":fp32 or :fp16 (auto: FP16 on CUDA, FP32 on CPU)")
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def rerank_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank-limit", type=positive, default=None,
+                   help="candidates the cross-encoder scores (default: 24 on CPU, 128 on GPU)")
+
+
 def source_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of watched notes, transcripts and redaction, from whichever flags exist."""
     extra: dict[str, Any] = {"redact": not getattr(args, "no_redact", False)}

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.ranking.candidates import DEFAULT_POOL
-from agentmemrec.server.cli.common import device_arg
+from agentmemrec.server.cli.common import device_arg, rerank_arg
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
 
@@ -32,7 +33,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--per-question", type=Path, help="write evidence, pool and slate hits per question (JSONL)")
     p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
     device_arg(p)
-    _rerank_arg(p)
+    rerank_arg(p)
     p.add_argument("--no-cache", action="store_true",
                    help="do not reuse embeddings cached under $AGENTMEMREC_HOME/cache")
     p.add_argument("--ranker-model", type=Path, default=None,
@@ -52,18 +53,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--limit", type=int, default=None, help="train on a random sample of N questions")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the boosters (default 0)")
     device_arg(p)
-    _rerank_arg(p)
+    rerank_arg(p)
     return {"eval": cmd_eval, "train": cmd_train}
 
 
 def _pool_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
-
-
-def _rerank_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rerank-limit", type=int, default=None,
-                   help="candidates the cross-encoder scores (default: 24 on CPU, 128 on GPU)")
 
 
 def _ranker_model(path: Path | None) -> Any:
@@ -89,6 +85,15 @@ def _describe(dataset: str, paths: list[Path]) -> str:
     from agentmemrec.ranking.eval.benchmarks import files_under  # noqa: PLC0415
     files = files_under(paths)
     return f"{dataset}: {len(files)} files, {files[0].name} .. {files[-1].name}"
+
+
+def _result(args: argparse.Namespace, models: Any, budgets: list[int], recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A result file: the records and what produced them, so a table made of it can say how to
+    measure it again (docs/generate.py)."""
+    return {"command": "agentmemrec " + shlex.join(args.argv), "dataset": args.dataset,
+            "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": args.seed,
+            "limit": args.limit, "embedder": models.embedder.identity if models.embedder else None,
+            "reranker": models.reranker.identity if models.reranker else None, "records": recs}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -137,7 +142,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
          f"{cost['embed_units']} embedded in {cost['embed_s']:.1f} s")
     emit(ev.format_table(recs))
     if args.json:
-        args.json.write_text(json.dumps(recs, indent=2))
+        args.json.write_text(json.dumps(_result(args, models, budgets, recs), indent=2) + "\n")
     if per_q is not None:
         args.per_question.write_text("".join(json.dumps(r) + "\n" for r in per_q))
     if args.plot:

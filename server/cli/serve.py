@@ -12,6 +12,7 @@ from agentmemrec.server.cli.common import (
     note_args,
     project_args,
     redact_arg,
+    rerank_arg,
     source_settings,
     transcript_args,
 )
@@ -31,6 +32,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     device_arg(p)
+    rerank_arg(p)
     p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
     p.add_argument("--watch", action="append", default=[], metavar="DIR",
                    help="keep this folder's notes and ADRs in the project (repeatable)")
@@ -49,6 +51,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def serve_settings(args: argparse.Namespace) -> Settings:
     return Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
+                         rerank_limit=args.rerank_limit,
                          ranker_model=args.ranker_model, http=args.http,
                          max_request_bytes=args.max_request_bytes, watch=watch_folders(args.watch),
                          capture_claude_code=args.capture_claude_code, **source_settings(args))

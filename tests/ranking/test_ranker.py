@@ -137,10 +137,10 @@ def test_cross_validated_full_variant_is_reported_with_its_ablation(trained, min
     out = tmp_path / "r.json"
     assert main(["eval", "locomo", str(data), "--variant", "rrf", "--variant", "full", "--cv", "2",
                  "--ablation", "--budget", "400", "--json", str(out)]) == 0
-    names = [r["variant"] for r in json.loads(out.read_text())]
-    assert names == ["rrf", "full", "full-no-relevance", "full-no-context", "full-no-question", "full-no-coding",
-                     "full-no-session"]
-    assert all(r["questions"] == 56 for r in json.loads(out.read_text()))
+    records = json.loads(out.read_text())["records"]
+    assert [r["variant"] for r in records] == ["rrf", "full", "full-no-relevance", "full-no-context",
+                                               "full-no-question", "full-no-coding", "full-no-session"]
+    assert all(r["questions"] == 56 for r in records)
 
 
 def test_without_an_embedder_the_model_still_ranks_and_explains(trained, home):

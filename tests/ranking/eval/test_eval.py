@@ -76,7 +76,9 @@ def test_locomo_file_runs_end_to_end_and_json_matches_the_table(home, tmp_path, 
     assert main(["eval", "locomo", str(tmp_path / "conv-1.json"), "--budget", "300", "--budget", "400",
                  "--json", str(out_json), "--per-question", str(per_q)]) == 0
     table = capsys.readouterr().out
-    records = json.loads(out_json.read_text())
+    result = json.loads(out_json.read_text())
+    assert result["command"].startswith("agentmemrec eval locomo ") and result["pool_size"] == 512
+    records = result["records"]
     assert [(r["variant"], r["budget"]) for r in records] == [("bm25", 300), ("bm25", 400)]
     for r in records:
         assert r["questions"] == 3  # category 5 left out, the missing id ignored, "a; b" split
@@ -93,7 +95,7 @@ def test_longmemeval_file_uses_the_question_day_as_cut_off(home, tmp_path, capsy
     longmemeval_file(tmp_path / "q1.json")
     out_json = tmp_path / "r.json"
     assert main(["eval", "longmemeval", str(tmp_path), "--budget", "2700", "--json", str(out_json)]) == 0
-    [record] = json.loads(out_json.read_text())
+    [record] = json.loads(out_json.read_text())["records"]
     assert record["questions"] == 1 and record["slate_completeness"] == 1.0
     assert record["by_category"]["multi-session"]["evidence_recall"] == 1.0
     assert record["recall_p50_ms"] > 0 and record["ingest_units_per_s"] > 0

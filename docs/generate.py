@@ -1,0 +1,338 @@
+"""Render every figure table in README.md and docs/*.md from the committed result files.
+
+    python docs/generate.py            # rewrite the generated tables in place
+    python docs/generate.py --check    # exit 1, showing what differs, if a table is out of date
+
+A generated table sits between two marker lines, which name its kind and the result files (paths
+relative to the repository root) it is made of, plus options:
+
+    <!-- table eval docs/results/locomo.json variants=bm25,rrf,full -->
+    | variant | pool | ... |            (written by this script: never edit by hand)
+    <!-- end table -->
+
+Result files are what the measuring commands write: `agentmemrec eval ... --json
+docs/results/NAME.json` (evaluation) and the benchmarks' `--json bench/results/NAME.json`. To
+change a figure, re-run its command and this script; tests/docs/test_generate.py fails while a
+table and its files disagree, and when a table of figures sits outside the markers.
+
+Kinds (options in brackets):
+- `eval FILE...` [variants=a,b budgets=x,y]: slate completeness by budget, one row per variant of
+  each file, then pool completeness, conditional ranking and evidence recall at the largest budget.
+- `eval-categories FILE` [variants=a,b budget=x]: slate completeness by question category.
+- `eval-budgets FILE...` [variants=a,b]: every figure of each (variant, budget) record.
+- `growth-latency`, `growth-resources`, `growth-dense` FILE...: bench/store_growth.py by store size.
+- `growth-targets FILE...` targets=SIZE:MS,...: full p50 at both pools against latency targets.
+- `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
+- `gpu-batch-sweep FILE`, `model-cost-cpu FILE`: bench/model_throughput.py by batch; on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from agentmemrec.ranking.candidates import DEFAULT_POOL
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKED = re.compile(r"^<!-- table (?P<spec>[^\n]*?) -->\n(?P<body>.*?)^<!-- end table -->$", re.M | re.S)
+Table = Callable[[list[str], list[Any], dict[str, str]], list[str]]  # (files as named, their JSON, options)
+KINDS: dict[str, Table] = {}
+
+
+def kind(name: str) -> Callable[[Table], Table]:
+    def register(fn: Table) -> Table:
+        KINDS[name] = fn
+        return fn
+    return register
+
+
+# ---- formatting -------------------------------------------------------------------------------
+
+def pct(x: float | None) -> str:
+    return "" if x is None else "100%" if x == 1 else f"{100 * x:.1f}%"
+
+
+def num(x: float | None, digits: int = 0) -> str:
+    return "" if x is None else f"{x:,.{digits}f}"
+
+
+def grid(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def listed(opts: dict[str, str], key: str) -> list[str] | None:
+    return opts[key].split(",") if key in opts else None
+
+
+def sources(paths: list[str], details: list[str] | None = None) -> str:
+    """The caption under a table: which files it is made of, and how each was measured."""
+    named = [f"`{p}`" + (f" ({d})" if d else "") for p, d in zip(paths, details or [""] * len(paths))]
+    return f"\n_From {', '.join(named)}; rendered by `python docs/generate.py`._"
+
+
+# ---- evaluation results (agentmemrec eval --json) -----------------------------------------------
+
+def eval_records(doc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run's description and its (variant, budget) records."""
+    if not isinstance(doc, dict) or "records" not in doc:
+        raise ValueError("not an `agentmemrec eval --json` result (no 'records')")
+    return doc, doc["records"]
+
+
+def variant_label(variant: str) -> str:
+    base, _, group = variant.partition("-no-")
+    return f"{base} without {group} features" if group else variant
+
+
+def pool_label(pool: int | None) -> str:
+    return "" if pool is None else "whole history" if pool == 0 else \
+        f"{pool} (default)" if pool == DEFAULT_POOL else str(pool)
+
+
+def by_variant(records: list[dict[str, Any]], wanted: list[str] | None) -> dict[str, dict[int, dict[str, Any]]]:
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(r["variant"], {})[r["budget"]] = r
+    missing = [v for v in wanted or [] if v not in out]
+    if missing:
+        raise ValueError(f"no records of variant(s) {missing}; the file has {list(out)}")
+    return {v: out[v] for v in wanted} if wanted else out
+
+
+def eval_caption(paths: list[str], docs: list[dict[str, Any]]) -> str:
+    return sources(paths, [f"`{d['command']}`" if d.get("command") else "" for d in docs])
+
+
+@kind("eval")
+def eval_table(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    rows, budgets = [], [int(b) for b in listed(opts, "budgets") or []]
+    for doc in docs:
+        run, records = eval_records(doc)
+        for variant, recs in by_variant(records, listed(opts, "variants")).items():
+            budgets = budgets or sorted(recs)
+            last = recs[max(budgets)]
+            if not last["available"]:
+                rows.append([variant_label(variant), pool_label(run.get("pool_size")),
+                             f"unavailable: {last['unavailable_reason']}"] + [""] * (len(budgets) + 2))
+                continue
+            rows.append([variant_label(variant), pool_label(run.get("pool_size")),
+                         *[pct(recs[b]["slate_completeness"]) for b in budgets],
+                         pct(last["pool_completeness"]), pct(last["conditional_ranking_completeness"]),
+                         pct(last["evidence_recall"])])
+    top = f"{max(budgets):,}"
+    head = ["variant", "pool", *[f"{b:,}" for b in budgets], "pool completeness",
+            f"cond. ranking at {top}", f"evidence recall at {top}"]
+    return grid(head, rows) + [eval_caption(paths, docs)]
+
+
+@kind("eval-categories")
+def eval_categories(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    [doc] = docs
+    _, records = eval_records(doc)
+    variants = by_variant(records, listed(opts, "variants"))
+    budget = int(opts.get("budget", max(b for recs in variants.values() for b in recs)))
+    cats = {c: m["questions"] for recs in variants.values() for c, m in recs[budget]["by_category"].items()}
+    rows = [[c, str(n), *[pct(recs[budget]["by_category"][c]["slate_completeness"]) for recs in variants.values()]]
+            for c, n in cats.items()]
+    head = ["category", "questions", *[f"{variant_label(v)} at {budget:,}" for v in variants]]
+    return grid(head, rows) + [eval_caption(paths, docs)]
+
+
+@kind("eval-budgets")
+def eval_budgets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    rows = []
+    for doc in docs:
+        run, records = eval_records(doc)
+        for variant, recs in by_variant(records, listed(opts, "variants")).items():
+            for budget, r in sorted(recs.items()):
+                rows.append([run.get("dataset", ""), variant_label(variant), pool_label(run.get("pool_size")),
+                             f"{budget:,}", str(r["questions"]), pct(r["pool_completeness"]),
+                             pct(r["slate_completeness"]), pct(r["conditional_ranking_completeness"]),
+                             pct(r["evidence_recall"]), num(r["recall_p50_ms"], 1)])
+    head = ["data", "variant", "pool", "budget", "questions", "pool completeness", "slate",
+            "cond. ranking", "evidence recall", "recall p50 ms"]
+    return grid(head, rows) + [eval_caption(paths, docs)]
+
+
+# ---- bench/store_growth.py ----------------------------------------------------------------------
+
+def sizes(docs: list[Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(run, one size's results) for every size of every file, smallest first."""
+    out = [(doc, r) for doc in docs for r in doc["sizes"].values()]
+    return sorted(out, key=lambda pair: pair[1]["size"])
+
+
+def load_caption(paths: list[str], docs: list[Any]) -> str:
+    """Benchmarks ran on shared machines: each file records its CPUs and load."""
+    return sources(paths, [f"{d['cpus']} CPUs, load average {d['load_avg_start'][0]:.1f} at the start"
+                           + (f", {d['load_avg_end'][0]:.1f} at the end" if d.get("load_avg_end") else "")
+                           for d in docs])
+
+
+def other_pool(r: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    name = next((k for k in r["core"] if k.startswith("full_pool")), None)
+    return (name.removeprefix("full_pool"), r["core"][name]) if name else ("", {})
+
+
+@kind("growth-latency")
+def growth_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    rows, pools = [], set()
+    for run, r in sizes(docs):
+        core, (small, pool_small) = r["core"], other_pool(r)
+        pools.add((run["pool"], small))
+        base = r["baseline"]["p50_ms"]
+        rows.append([f"{r['size']:,}", num(core["bm25"]["p50_ms"]), num(core["rrf"]["p50_ms"]),
+                     f"**{num(core['full']['p50_ms'])}**", num(core["full"]["p95_ms"]),
+                     num(core["full"]["rank_p50_ms"], 1), num(pool_small.get("p50_ms")),
+                     num(pool_small.get("rank_p50_ms"), 1), num(r["mcp"]["p50_ms"]),
+                     num(r["server"]["stdio"]["p50_ms"]), num(r["after_write"]["p50_ms"]),
+                     num(core["full_peer"]["p50_ms"]), num(base),
+                     f"{core['full']['p50_ms'] / base:.3f}"])
+    [(pool, small)] = pools
+    head = ["units in `main`", "bm25 p50", "rrf p50", f"**full p50** (pool {pool})", "full p95",
+            "ranking (features + LightGBM)", f"full p50, pool {small}", f"ranking, pool {small}",
+            "MCP tool p50", "stdio server p50", "full right after a `remember` p50",
+            "full p50 on `peer`", "baseline p50",
+            "full / baseline"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("growth-resources")
+def growth_resources(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    rows = [[f"{r['size']:,}", f"{num(r['ingest']['units_per_s'])} ({num(r['ingest']['last_tenth_units_per_s'])})",
+             num(r["backfill_standin"]["units_per_s"]), f"{r['rebuild']['bm25_s']:.1f} s",
+             f"{r['rebuild']['dense_s']:.1f} s", f"{num(r['disk_mib'])} MiB",
+             f"{r['server']['first_recall_s']:.1f} s", f"{num(r['server']['server_peak_rss_mib'])} MiB"]
+            for _, r in sizes(docs)]
+    head = ["units in `main`", "ingest units/s, lexical (last tenth)", "stand-in backfill units/s",
+            "bm25 rebuild", "dense load", "disk", "cold start to first answer", "server peak RSS"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("growth-dense")
+def growth_dense(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    rows = [[f"`{Path(p).name}`", f"`{d['model']}`", num(d["units"]), num(d["units_per_s"], 1), num(d["model_units_per_s"], 1),
+             pct(d["share_outside_model"])]
+            for p, d in ((p, doc["dense_ingest"]) for p, doc in zip(paths, docs) if doc.get("dense_ingest"))]
+    head = ["run", "embedder", "units", "units/s through the backfill", "units/s, the model alone",
+            "time outside the model"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("growth-targets")
+def growth_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    targets = dict(t.split(":") for t in opts["targets"].split(","))
+    rows, pools = [], set()
+
+    def verdict(ms: float | None, target: float) -> str:
+        return "" if ms is None else f"{num(ms)} ms: {'met' if ms <= target else 'missed'}"
+    for run, r in sizes(docs):
+        if str(r["size"]) not in targets:
+            continue
+        target, (small, pool_small) = float(targets[str(r["size"])]), other_pool(r)
+        pools.add((run["pool"], small))
+        rows.append([f"{r['size']:,}", f"{num(target)} ms", verdict(r["core"]["full"]["p50_ms"], target),
+                     verdict(pool_small.get("p50_ms"), target)])
+    [(pool, small)] = pools
+    head = ["units", "target", f"full, pool {pool} (default)" if pool == DEFAULT_POOL else f"full, pool {pool}",
+            f"full, pool {small}"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+# ---- bench/model_throughput.py ------------------------------------------------------------------
+
+@kind("gpu-models")
+def gpu_models(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    fp16, fp32 = docs
+    e16, e32 = fp16["bge_m3_size_embedder"], fp32["bge_m3_size_embedder"]
+    r16, r32 = fp16["bge_reranker_v2_m3_size"], fp32["bge_reranker_v2_m3_size"]
+    rows = [[f"bge-m3 size: {e16['units']} units of {e16['tokens_per_unit']} tokens, batch {e16['batch']}",
+             f"**{num(e16['units_per_s'])} units/s**", f"{num(e32['units_per_s'])} units/s",
+             f"min cosine {e16['min_cosine_vs_fp32']:.6f}"],
+            [f"bge-reranker-v2-m3 size: a pool of {r16['pairs']} pairs of {r16['tokens_per_pair']} tokens, "
+             f"batch {r16['batch']}", f"**{num(r16['pool_latency_ms'])} ms** ({num(r16['pairs_per_s'])} pairs/s)",
+             f"{num(r32['pool_latency_ms'])} ms ({num(r32['pairs_per_s'])} pairs/s)",
+             f"max logit difference {r16['max_abs_logit_diff_vs_fp32']:.3f}"]]
+    details = [f"onnxruntime {d['environment']['onnxruntime']}, {d['bge_m3_size_embedder']['device']}" for d in docs]
+    return grid(["model, work", "FP16", "FP32", "FP16 against FP32"], rows) + [sources(paths, details)]
+
+
+@kind("gpu-batch-sweep")
+def gpu_batch_sweep(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    [doc] = docs
+    rows = [[m["work"], f"{m['batch']:,}", f"{m['tokens']:,}", num(m.get("pool_latency_ms")),
+             num(m.get("units_per_s"))] for m in doc["measurements"]]
+    head = ["work", "batch", "tokens", "128-pair pool ms", "units/s"]
+    return grid(head, rows) + [sources(paths, [doc["device"]])]
+
+
+@kind("model-cost-cpu")
+def model_cost_cpu(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    [doc] = docs
+    mini, emb, rr = doc["all_minilm_l6_v2"], doc["bge_m3_size_embedder"], doc["bge_reranker_v2_m3_size"]
+    rows = [["all-MiniLM-L6-v2", f"{mini['units']} turns of {mini['tokens_per_unit']} tokens, batch {mini['batch']}",
+             f"{mini['units_per_s']:.2f} units/s", "1"],
+            ["bge-m3 size (XLM-R large, CLS)", f"{emb['units']} units of {emb['tokens_per_unit']} tokens",
+             f"{emb['units_per_s']:.3f} units/s", f"{mini['units_per_s'] / emb['units_per_s']:.0f}x slower per unit"],
+            ["bge-reranker-v2-m3 size", f"{rr['pairs']} pairs of {rr['tokens_per_pair']} tokens, batch {rr['batch']}",
+             f"{rr['pairs_per_s']:.3f} pairs/s ({1 / rr['pairs_per_s']:.1f} s a pair)", ""]]
+    head = ["model", "work", "measured", "relative to all-MiniLM-L6-v2 in the same run"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+# ---- the documents ------------------------------------------------------------------------------
+
+def documents(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def render_table(spec: str, root: Path) -> str:
+    name, *args = spec.split()
+    if name not in KINDS:
+        raise ValueError(f"unknown table kind {name!r}; known: {', '.join(KINDS)}")
+    opts = dict(a.split("=", 1) for a in args if "=" in a)
+    paths = [a for a in args if "=" not in a]
+    docs = [json.loads((root / p).read_text()) for p in paths]
+    return "\n".join(KINDS[name](paths, docs, opts)) + "\n"
+
+
+def render(text: str, root: Path, where: str) -> str:
+    def replace(m: re.Match[str]) -> str:
+        try:
+            body = render_table(m["spec"], root)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{where}: table `{m['spec']}`: {type(exc).__name__}: {exc}") from exc
+        return f"<!-- table {m['spec']} -->\n{body}<!-- end table -->"
+    return MARKED.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
+    p.add_argument("--root", type=Path, default=ROOT, help="the repository to render (default: this one)")
+    args = p.parse_args(argv)
+    stale = []
+    for doc in documents(args.root.resolve()):
+        text = doc.read_text()
+        new = render(text, args.root.resolve(), doc.name)
+        if new == text:
+            continue
+        stale.append(doc)
+        if args.check:
+            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True),
+                                                       f"{doc.name} (committed)", f"{doc.name} (from results)"))
+        else:
+            doc.write_text(new)
+    if args.check and stale:
+        print(f"\nout of date: {', '.join(d.name for d in stale)}; run python docs/generate.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
