@@ -69,6 +69,14 @@ class RankerModel:
         meta = {k: v for k, v in doc.items() if k not in ("models", "features", "format")}
         return cls(tuple(lgb.Booster(model_str=m) for m in doc["models"]), meta)
 
+    def trained_on(self) -> dict[str, str] | None:
+        """SHA-256 -> name of every file the model was trained on; None if its file predates
+        recording them."""
+        data = self.meta.get("data") or []
+        if not all(isinstance(d, dict) for d in data):
+            return None
+        return {f["sha256"]: f["name"] for d in data for f in d["files"]}
+
     def check_models(self, embedder: str | None, reranker: str | None) -> list[str]:
         """Warnings when the active models are not the ones the ranker was trained with."""
         out = []

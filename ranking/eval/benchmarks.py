@@ -6,6 +6,7 @@ the questions asked of them, with their evidence as refs of the stored turns.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -47,6 +48,17 @@ def files_under(paths: list[Path]) -> list[Path]:
     if not out:
         raise InputError(f"no .json files under {', '.join(map(str, paths))}")
     return out
+
+
+def fingerprint(dataset: str, paths: list[Path]) -> dict[str, Any]:
+    """Exactly which files a run read: each file's name and the SHA-256 of its bytes."""
+    files = [{"name": f.name, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files_under(paths)]
+    return {"dataset": dataset, "files": files}
+
+
+def data_digest(data: list[dict[str, Any]]) -> str:
+    """One hash over the fingerprints' files, in order: equal digests, equal training data."""
+    return hashlib.sha256("".join(f["sha256"] for d in data for f in d["files"]).encode()).hexdigest()
 
 
 def read_cases(dataset: str, paths: list[Path]) -> Iterator[Case]:

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import lightgbm as lgb
 import numpy as np
 
+from agentmemrec.ranking.eval.benchmarks import data_digest
 from agentmemrec.ranking.eval.evaluate import Kept, VariantRun, record_selection
 from agentmemrec.ranking.features import DENSE_FEATURES, FEATURE_NAMES, GROUP_OF
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
@@ -148,14 +149,15 @@ def train_ensemble(groups: Sequence[Group], drop: Sequence[str] = (), seed: int 
     return tuple(b for b, _ in fitted), [m for _, m in fitted]
 
 
-def train_model(groups: Sequence[Group], data: list[str], embedder: str | None, reranker: str | None,
-                seed: int = 0) -> RankerModel:
+def train_model(groups: Sequence[Group], data: list[dict[str, Any]], embedder: str | None,
+                reranker: str | None, seed: int = 0) -> RankerModel:
     """An ensemble of boosters (see `train_ensemble`), each trained on all the questions for the
     number of rounds early stopping chose for it on held-out conversations."""
     boosters, metrics = train_ensemble(groups, seed=seed)
     gain = np.sum([b.feature_importance("gain") for b in boosters], axis=0)
     importance = dict(zip(FEATURE_NAMES, gain.round(1).tolist()))
-    meta = {"embedder": embedder, "reranker": reranker, "data": data, "metrics": metrics[0],
+    meta = {"embedder": embedder, "reranker": reranker, "data": data, "data_sha256": data_digest(data),
+            "metrics": metrics[0],
             "ensemble": {"size": len(boosters), "best_iterations": [m["best_iteration"] for m in metrics]},
             "questions": len(groups), "params": PARAMS, "dense_dropout": DENSE_DROPOUT,
             "feature_gain": importance, "groups": sorted(set(GROUP_OF.values())),

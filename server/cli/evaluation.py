@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shlex
 from pathlib import Path
 from typing import Any, Callable
@@ -14,6 +15,8 @@ from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.cli.common import device_arg, rerank_arg
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
+
+log = logging.getLogger("agentmemrec")
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -81,23 +84,40 @@ def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[in
     return runs
 
 
-def _describe(dataset: str, paths: list[Path]) -> str:
-    from agentmemrec.ranking.eval.benchmarks import files_under  # noqa: PLC0415
-    files = files_under(paths)
-    return f"{dataset}: {len(files)} files, {files[0].name} .. {files[-1].name}"
+def _refuse_its_training_data(args: argparse.Namespace, variants: list[str], ranker_model: Any,
+                              data: dict[str, Any]) -> None:
+    """A model ranked on the questions it was trained on reports its fit, not its quality."""
+    if "full" not in variants or args.cv:
+        return
+    from agentmemrec.ranking.learned import RankerModel  # noqa: PLC0415
+    name = args.ranker_model or "the shipped ranker model"
+    trained = (ranker_model or RankerModel.load()).trained_on()
+    if trained is None:
+        log.warning("%s does not record the files it was trained on, so it cannot be told whether "
+                    "these are among them; retrain it with 'agentmemrec train' to know", name)
+        return
+    seen = sorted(trained[f["sha256"]] for f in data["files"] if f["sha256"] in trained)
+    if seen:
+        raise InputError(f"{name} was trained on {len(seen)} of these files ({', '.join(seen[:4])}"
+                         f"{', ...' if len(seen) > 4 else ''}), so --variant full on them measures "
+                         "how well it fits its training data; add --cv K to train and rank on "
+                         "separate folds, or evaluate data it was not trained on")
 
 
-def _result(args: argparse.Namespace, models: Any, budgets: list[int], recs: list[dict[str, Any]]) -> dict[str, Any]:
+def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dict[str, Any],
+            recs: list[dict[str, Any]]) -> dict[str, Any]:
     """A result file: the records and what produced them, so a table made of it can say how to
     measure it again (docs/generate.py)."""
     return {"command": "agentmemrec " + shlex.join(args.argv), "dataset": args.dataset,
             "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": args.seed,
             "limit": args.limit, "embedder": models.embedder.identity if models.embedder else None,
-            "reranker": models.reranker.identity if models.reranker else None, "records": recs}
+            "reranker": models.reranker.identity if models.reranker else None, "data": data,
+            "records": recs}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
+    from agentmemrec.ranking.eval.benchmarks import fingerprint  # noqa: PLC0415
     from agentmemrec.ranking.eval.train import to_group, train_model  # noqa: PLC0415
     sources = [(args.dataset, args.paths)] + [(a[0], [Path(p) for p in a[1:]]) for a in args.also]
     home = Settings.load().home
@@ -110,7 +130,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         ev.evaluate(dataset, paths, [], [2700], args.limit, args.seed, args.pool_size, None,
                     models, kept.append)
         groups += [to_group(k) for k in kept]
-    model = train_model(groups, [_describe(d, p) for d, p in sources],
+    model = train_model(groups, [fingerprint(d, p) for d, p in sources],
                         models.embedder.identity, models.reranker.identity if models.reranker else None,
                         args.seed)
     model.save(args.out)
@@ -121,6 +141,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
+    from agentmemrec.ranking.eval.benchmarks import fingerprint  # noqa: PLC0415
     budgets = args.budget or list(ev.DEFAULT_BUDGETS)
     bad = [b for b in budgets if not 200 <= b <= 200_000]
     if bad:
@@ -128,6 +149,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     per_q: list[dict[str, Any]] | None = [] if args.per_question else None
     variants = ev.check_variants(args.variant or ["bm25"])
     ranker_model = _ranker_model(args.ranker_model)
+    data = fingerprint(args.dataset, args.paths)
+    _refuse_its_training_data(args, variants, ranker_model, data)
     models = ev.load_models(Settings.load().home, variants, args.device, args.rerank_limit,
                             not args.no_cache, ranker_model)
     cv = args.cv and "full" in variants
@@ -142,7 +165,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
          f"{cost['embed_units']} embedded in {cost['embed_s']:.1f} s")
     emit(ev.format_table(recs))
     if args.json:
-        args.json.write_text(json.dumps(_result(args, models, budgets, recs), indent=2) + "\n")
+        args.json.write_text(json.dumps(_result(args, models, budgets, data, recs), indent=2) + "\n")
     if per_q is not None:
         args.per_question.write_text("".join(json.dumps(r) + "\n" for r in per_q))
     if args.plot:

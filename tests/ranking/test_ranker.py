@@ -3,6 +3,7 @@ the model file's contract, cross-validated evaluation, graceful degradation, exp
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from datetime import datetime
@@ -113,12 +114,43 @@ def test_the_model_file_records_what_it_was_trained_with(trained):
     doc = json.loads(out.read_text())
     assert doc["features"] == list(F.FEATURE_NAMES)
     assert doc["embedder"].startswith("minilm@") and doc["reranker"] is None
-    assert "locomo" in doc["data"][0] and doc["questions"] == 4 * 14
+    assert doc["questions"] == 4 * 14
     assert doc["metrics"]["best_iteration"] >= 1 and "ndcg@10" in doc["metrics"]["valid"]
     assert len(doc["models"]) == doc["ensemble"]["size"] == ENSEMBLE  # boosters averaged
     model = RankerModel.load(out)
     assert model.check_models(doc["embedder"], None) == []
     assert "retrain" in model.check_models(None, None)[0]
+
+
+def test_the_model_file_records_exactly_which_files_it_was_trained_on(trained):
+    data, out = trained
+    [locomo] = json.loads(out.read_text())["data"]
+    assert locomo["dataset"] == "locomo"
+    assert {f["name"]: f["sha256"] for f in locomo["files"]} == {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in data.glob("*.json")}
+    assert len(json.loads(out.read_text())["data_sha256"]) == 64
+
+
+def test_the_shipped_model_records_the_development_files_it_was_trained_on():
+    names = set(RankerModel.load().trained_on().values())
+    assert len(names) == 65 and {"conv-26.json", "conv-43.json", "0100672e.json", "852ce960.json"} <= names
+
+
+def test_eval_of_full_on_the_models_own_training_data_is_refused_with_the_cv_hint(
+        trained, minilm_home, monkeypatch, tmp_path, capsys):
+    data, out = trained
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    renamed = tmp_path / "renamed.json"  # the same content under another name is the same data
+    renamed.write_bytes((data / "conv-2.json").read_bytes())
+    for target in (data, renamed):
+        assert main(["eval", "locomo", str(target), "--variant", "full", "--ranker-model", str(out),
+                     "--budget", "400"]) == 2
+        err = capsys.readouterr().err
+        assert "was trained on" in err and "--cv K" in err
+    unseen = tmp_path / "unseen.json"
+    write_locomo(unseen, seed=11)
+    assert main(["eval", "locomo", str(unseen), "--variant", "full", "--ranker-model", str(out),
+                 "--budget", "400"]) == 0
 
 
 def test_a_model_for_other_features_is_refused(trained, tmp_path):
