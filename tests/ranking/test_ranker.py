@@ -163,6 +163,7 @@ def test_a_model_for_other_features_is_refused(trained, tmp_path):
         RankerModel.load(bad)
 
 
+@pytest.mark.timeout(900)  # 6 variants x 2 folds x 5 boosters: minutes when the 2 cores are shared
 def test_cross_validated_full_variant_is_reported_with_its_ablation(trained, minilm_home, monkeypatch, tmp_path, capsys):
     data, _ = trained
     monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
