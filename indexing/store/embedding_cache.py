@@ -12,7 +12,9 @@ import numpy as np
 
 class EmbeddingCache:
     """Vectors by (model, text hash) in a DuckDB file of their own, so repeated evaluation runs
-    over fresh stores do not pay for the model again. One process at a time."""
+    over fresh stores do not pay for the model again. One process at a time. Vectors are kept
+    as float16, as the store's vectors table keeps them, so a store filled from a warm cache
+    holds exactly the vectors a cold run stores."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -96,6 +96,9 @@ def locomo_case(record: dict[str, Any], case_id: str) -> Case:
                           "speaker": turn["speaker"], "role": roles.get(turn["speaker"], "user"),
                           "at": (start + timedelta(seconds=i)).isoformat(), "text": text})
     known = {it["ref"] for it in items}
+    # LoCoMo's questions are asked after the conversation and carry no date: as of its last turn,
+    # so features measured against `as_of` (age_days) do not move with the day a run is made
+    asked = max((datetime.fromisoformat(it["at"]) for it in items), default=None)
     questions = []
     for n, qa in enumerate(record.get("qa", [])):
         # a few annotations pack two ids into one string ("D8:6; D9:17"): split them
@@ -104,7 +107,7 @@ def locomo_case(record: dict[str, Any], case_id: str) -> Case:
         if str(qa.get("category")) == "5" or not evidence:  # adversarial or unlabelled
             continue
         questions.append(Question(f"{case_id}:{n}", qa["question"], evidence,
-                                  str(qa.get("category")), None))
+                                  str(qa.get("category")), asked))
     return Case(case_id, items, questions)
 
 
@@ -116,11 +119,10 @@ def longmemeval_case(record: dict[str, Any], case_id: str) -> Case:
     case_id = str(record.get("question_id", case_id))
     items: list[dict[str, Any]] = []
     evidence: set[str] = set()
-    seen: dict[str, int] = {}
-    for s, (sid, date, turns) in enumerate(zip(record["haystack_session_ids"],
-                                               record["haystack_dates"], record["haystack_sessions"])):
-        seen[sid] = seen.get(sid, 0) + 1
-        session = sid if seen[sid] == 1 else f"{sid}#{seen[sid]}"  # a repeated session id stays apart
+    for s, (date, turns) in enumerate(zip(record["haystack_dates"], record["haystack_sessions"])):
+        # the haystack's own session ids name the evidence sessions (`answer_...`): a slate shows
+        # its sessions' keys, so they would label the evidence for any model reading it
+        session = f"session_{s + 1}"
         start = _lme_time(date)
         for t, turn in enumerate(turns):
             if not str(turn.get("content", "")).strip():

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 
+from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
+from agentmemrec.ranking import learned
+from agentmemrec.ranking.eval.benchmarks import read_cases
+from agentmemrec.ranking.eval.evaluate import EvalModels, evaluate
 from agentmemrec.ranking.eval.metrics import (
     Outcome,
     conditional_ranking_completeness,
@@ -14,6 +20,7 @@ from agentmemrec.ranking.eval.metrics import (
     slate_completeness,
     summarize,
 )
+from agentmemrec.ranking.memory import load_embedder
 from agentmemrec.server.cli import main
 
 
@@ -107,3 +114,54 @@ def test_unknown_variant_and_missing_path_are_clear_errors(home, tmp_path, capsy
     assert "unknown variant(s) ['magic']" in capsys.readouterr().err
     assert main(["eval", "locomo", str(tmp_path / "missing.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def longmemeval_labelled(path):
+    """A haystack whose session ids label the evidence session, as LongMemEval's do."""
+    longmemeval_file(path)
+    record = json.loads(path.read_text())
+    record["haystack_session_ids"] = ["answer_4be1b6b4_1", "sharegpt_yywfmr4_0"]
+    path.write_text(json.dumps(record))
+
+
+def test_longmemeval_session_ids_never_reach_a_slate(memory, tmp_path):
+    longmemeval_labelled(tmp_path / "q1.json")
+    [case] = read_cases("longmemeval", [tmp_path / "q1.json"])
+    memory.remember("lme", case.items)
+    [q] = case.questions
+    slate = memory.recall("lme", q.text, 2700, q.as_of)
+    assert {it.unit.ref for it in slate.items} >= q.evidence
+    assert "answer_" not in slate.context and "sharegpt" not in slate.context
+    assert "## session session_1 " in slate.context
+
+
+def _eval_features(tmp_path: Path, models: EvalModels) -> str:
+    """Every candidate's features for every question, exactly (NaN, a missing source, included)."""
+    kept: list = []
+    evaluate("locomo", [tmp_path / "c.json"], [], [400], models=models, keep=kept.append)
+    return json.dumps([[(sc.unit.ref, sc.features) for sc in k.selection.ranked] for k in kept])
+
+
+def test_locomo_features_do_not_depend_on_the_day_of_the_run(minilm_home, tmp_path, monkeypatch):
+    locomo_file(tmp_path / "c.json")
+    models = EvalModels(load_embedder(minilm_home, "cpu"))
+
+    def on(year: int) -> str:
+        class Clock(datetime):
+            @classmethod
+            def now(cls, tz=None):  # noqa: ANN001, ANN206 - datetime's own signature
+                return datetime(year, 6, 1, tzinfo=tz)
+        monkeypatch.setattr(learned, "datetime", Clock)
+        return _eval_features(tmp_path, models)
+    assert on(2027) == on(2041)
+
+
+def test_features_are_the_same_whether_the_embedding_cache_was_cold_warm_or_off(minilm_home, tmp_path):
+    locomo_file(tmp_path / "c.json")
+    embedder = load_embedder(minilm_home, "cpu")
+    cache = EmbeddingCache(tmp_path / "cache.duckdb")
+    try:
+        runs = [_eval_features(tmp_path, EvalModels(embedder, cache=c)) for c in (None, cache, cache)]
+    finally:
+        cache.close()
+    assert runs[0] == runs[1] == runs[2]
