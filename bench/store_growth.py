@@ -60,7 +60,6 @@ from agentmemrec.indexing.dense.backfill import embed_pending  # noqa: E402
 from agentmemrec.indexing.dense.index import DenseIndex  # noqa: E402
 from agentmemrec.indexing.dense.models import active, install, models_dir, resolve_source  # noqa: E402
 from agentmemrec.indexing.lexical.index import LexicalIndex  # noqa: E402
-from agentmemrec.indexing.store.vectors import VectorStore  # noqa: E402
 from agentmemrec.ranking.candidates import DEFAULT_POOL  # noqa: E402
 from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
 
@@ -130,11 +129,11 @@ def build_store(home: Path, size: int, ranker: Path) -> dict[str, Any]:
 
 def fill_vectors(home: Path, identity: str) -> dict[str, Any]:
     """Every unit's vector from the stand-in, through the product's backfill (`embed_pending`)."""
-    from agentmemrec.indexing.store.duckdb_store import Store
-    store = Store(home / "memory.duckdb")
+    from agentmemrec.indexing.store.duckdb_store import DuckDBStore
+    store = DuckDBStore(home / "memory.duckdb")
     standin = TimedEmbedder(StandInEmbedder(identity))
     t0 = time.perf_counter()
-    done = embed_pending(VectorStore(store, identity), standin)
+    done = embed_pending(store.vectors(identity), standin)
     seconds = time.perf_counter() - t0
     store.close()
     return {"units": done, "seconds": round(seconds, 1), "units_per_s": round(done / max(seconds, 1e-9)),

@@ -23,7 +23,8 @@ from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.redact import redact_item
 from agentmemrec.indexing.sources.sink import Ingested
-from agentmemrec.indexing.store.duckdb_store import Store, WriteResult
+from agentmemrec.indexing.store.backends import open_store
+from agentmemrec.indexing.store.protocol import Store, WriteResult
 from agentmemrec.indexing.store.sessions import SessionIndex, SessionSnapshot
 from agentmemrec.indexing.store.slates import SlateLog
 from agentmemrec.indexing.units import (
@@ -87,12 +88,13 @@ class Memory:
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
              background: bool = True, ranker_model: Path | None = None, redact: bool = True,
-             rerank_limit: int | None = None) -> "Memory":
-        """The store, its derived indexes and the active models under `home`. A missing or broken
-        model degrades (to lexical retrieval, to fusion order), logged once and stated in
-        every explanation."""
-        store = Store(Path(home) / "memory.duckdb")
-        channels: list[Channel] = [Bm25Channel(LexicalIndex(store, Path(home) / "index" / "bm25"))]
+             rerank_limit: int | None = None, store_url: str | None = None) -> "Memory":
+        """The store (the home's DuckDB file, or the PostgreSQL database `store_url` names), its
+        derived indexes and the active models under `home`. A missing or broken model degrades
+        (to lexical retrieval, to fusion order), logged once and stated in every explanation."""
+        store = open_store(home, store_url)
+        bm25_dir = store.index_dir / "bm25" if store.index_dir else None
+        channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir))]
         embedder, reranker, problems = _load_models(home, device, rerank_limit)
         dense = DenseIndex(store, embedder) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None

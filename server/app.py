@@ -16,7 +16,7 @@ from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
 from agentmemrec.indexing.errors import InputError, StoreError
-from agentmemrec.indexing.store.duckdb_store import WriteResult
+from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access
 from agentmemrec.server.owner import SharedMemory, shared_memory

@@ -31,7 +31,8 @@ from typing import Any, Callable, Sequence
 from agentmemrec.indexing.errors import InputError, StoreError, StoreLocked
 from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.indexing.store import principals
-from agentmemrec.indexing.store.duckdb_store import DatabaseError, SourceRow, WriteResult
+from agentmemrec.indexing.store.duckdb_store import DatabaseError
+from agentmemrec.indexing.store.protocol import SourceRow, WriteResult
 from agentmemrec.ranking.memory import Memory, RecallConfig
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import wire

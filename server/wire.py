@@ -15,8 +15,7 @@ from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.sink import Ingested
-from agentmemrec.indexing.store.duckdb_store import SourceRow, WriteResult
-from agentmemrec.indexing.store.principals import Principal
+from agentmemrec.indexing.store.protocol import Principal, SourceRow, WriteResult
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.slate import Slate, SlateItem
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
-from agentmemrec.indexing.store.vectors import VectorStore
+from agentmemrec.indexing.store.protocol import VectorRows
 
 log = logging.getLogger(__name__)
 EMBED_BATCH = 256  # units embedded and stored in one transaction: what a recall sees appear at once
@@ -23,7 +23,7 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def embed_pending(vectors: VectorStore, embedder: Embedder, project: str | None = None,
+def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None = None,
                   cache: EmbeddingCache | None = None, limit: int | None = None,
                   progress: Callable[[int], None] | None = None) -> int:
     """Embed units that lack a current vector, in batches; returns how many were embedded."""
@@ -61,7 +61,7 @@ def _embed_with_cache(embedder: Embedder, texts: list[str], cache: EmbeddingCach
 class EmbeddingWorker:
     """Embeds new units in the background so `remember` never waits for the model."""
 
-    def __init__(self, vectors: VectorStore, embedder: Embedder) -> None:
+    def __init__(self, vectors: VectorRows, embedder: Embedder) -> None:
         self.vectors = vectors
         self.embedder = embedder
         self._wake = threading.Event()

@@ -17,8 +17,8 @@ import numpy as np
 
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.segments import Segments, SnapshotCache, keep_rows
-from agentmemrec.indexing.store.duckdb_store import Store
-from agentmemrec.indexing.store.vectors import WINDOW, Vectors, VectorStore
+from agentmemrec.indexing.store.protocol import Store, Vectors
+from agentmemrec.indexing.store.vectors import WINDOW
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class DenseIndex:
     def __init__(self, store: Store, embedder: Embedder) -> None:
         self.store = store
         self.embedder = embedder
-        self.vectors = VectorStore(store, embedder.identity)
+        self.vectors = store.vectors(embedder.identity)
         self._snapshots: SnapshotCache[DenseSnapshot] = SnapshotCache(
             lambda project: (store.generation(project), self.vectors.generation(project)),
             lambda snap: snap.key, self._advance)

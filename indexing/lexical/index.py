@@ -36,8 +36,7 @@ from agentmemrec.indexing.lexical.postings import (
     tokenize,
 )
 from agentmemrec.indexing.segments import Segments, SnapshotCache
-from agentmemrec.indexing.store.changes import Changes, changes_since, scan_units
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.protocol import Changes, Store
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +153,11 @@ class LexicalSnapshot:
 class LexicalIndex:
     """Hands out the current snapshot for a project, catching up with the store's writes."""
 
-    def __init__(self, store: Store, root: Path) -> None:
+    def __init__(self, store: Store, root: Path | None) -> None:
+        """`root`: where snapshots are saved; None keeps them in memory only (a store that many
+        processes share: each catches up from the change log instead)."""
         self.store = store
-        self.root = Path(root)
+        self.root = Path(root) if root is not None else None
         self._snapshots: SnapshotCache[LexicalSnapshot] = SnapshotCache(
             store.generation, lambda snap: snap.generation,
             lambda project, held: self._advance(project, held or self._load(project)))
@@ -171,7 +172,7 @@ class LexicalIndex:
     def _advance(self, project: str, snap: LexicalSnapshot | None) -> LexicalSnapshot:
         """Catch up through the change log; rebuild when the log cannot say what changed or when
         more than half the project did."""
-        changes = changes_since(self.store, project, snap.generation) if snap is not None else None
+        changes = self.store.changes_since(project, snap.generation) if snap is not None else None
         if snap is None or changes is None or len(changes.ids) > max(PERSIST_ROWS, snap.segments.live // 2):
             return self.rebuild(project)
         if changes.generation == snap.generation:
@@ -186,7 +187,7 @@ class LexicalIndex:
         """From every row, a chunk of rows per part (memory stays bounded)."""
         vocab: dict[str, int] = {}
         parts: list[Postings] = []
-        generation = scan_units(self.store, project, lambda units: parts.append(build_postings(units, vocab)))
+        generation = self.store.scan_units(project, lambda units: parts.append(build_postings(units, vocab)))
         segs = Segments(tuple(parts), (None,) * len(parts))  # one part per chunk: no copy of the whole
         snap = LexicalSnapshot(project, generation, vocab, segs, sum(int(p.lengths.sum()) for p in parts))
         self._persist(snap)
@@ -203,6 +204,8 @@ class LexicalIndex:
 
     def _live(self, project: str) -> tuple[Path, dict[str, Any]] | None:
         """The live snapshot directory and its manifest, or None when there is none yet."""
+        if self.root is None:
+            return None
         base = self.root / project
         if not (base / "CURRENT").exists():
             return None
@@ -245,6 +248,8 @@ class LexicalIndex:
 
     def _persist(self, snap: LexicalSnapshot) -> None:
         """Save, or keep serving it unsaved (it is derived: the next start rebuilds or replays)."""
+        if self.root is None:
+            return
         try:
             self._save(snap)
         except OSError as exc:

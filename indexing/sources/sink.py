@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from agentmemrec.indexing.store.duckdb_store import Store, WriteResult
+from agentmemrec.indexing.store.protocol import Store, WriteResult
 
 
 @dataclass(frozen=True)

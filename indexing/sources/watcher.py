@@ -37,7 +37,7 @@ from agentmemrec.indexing.sources.notes import (
     walk,
 )
 from agentmemrec.indexing.sources.sink import Sink, batches
-from agentmemrec.indexing.store.duckdb_store import SourceRow
+from agentmemrec.indexing.store.protocol import SourceRow
 from agentmemrec.indexing.units import MAX_BATCH, content_hash, validate_item
 
 log = logging.getLogger(__name__)

@@ -9,22 +9,15 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from agentmemrec.indexing.errors import InputError
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.protocol import Principal, Store
 from agentmemrec.indexing.units import check_project
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 SECRET_PREFIX = "amr_"
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str
-    projects: tuple[str, ...]  # the first is the default project of its calls
-    created_at: datetime
+__all__ = ["Principal", "add_token", "hash_secret", "list_tokens", "new_secret", "principal_for", "revoke_token"]
 
 
 def new_secret() -> str:
@@ -49,26 +42,20 @@ def add_token(store: Store, name: str, secret_sha256: str, projects: list[str]) 
     if not projects:
         raise InputError("a token needs at least one project: --projects A,B")
     at = datetime.now(timezone.utc).replace(tzinfo=None)
-    added = store.cursor().execute("INSERT INTO tokens VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING "
-                                   "RETURNING name", [name, secret_sha256, projects, at]).fetchall()
-    if not added:
+    if not store.add_token(name, secret_sha256, projects, at):
         raise InputError(f"a token named {name!r} exists; revoke it first or pick another name")
     return Principal(name, tuple(projects), at)
 
 
 def list_tokens(store: Store) -> list[Principal]:
-    rows = store.cursor().execute(
-        "SELECT name, projects, created_at FROM tokens ORDER BY name").fetchall()
-    return [Principal(name, tuple(projects), at) for name, projects, at in rows]
+    return store.tokens()
 
 
 def revoke_token(store: Store, name: str) -> None:
     check_name(name)
-    if not store.cursor().execute("DELETE FROM tokens WHERE name = ? RETURNING name", [name]).fetchall():
+    if not store.revoke_token(name):
         raise InputError(f"no token named {name!r}; `agentmemrec tokens list` shows them")
 
 
 def principal_for(store: Store, secret_sha256: str) -> Principal | None:
-    row = store.cursor().execute("SELECT name, projects, created_at FROM tokens "
-                                 "WHERE secret_sha256 = ?", [secret_sha256]).fetchone()
-    return Principal(row[0], tuple(row[1]), row[2]) if row else None
+    return store.token(secret_sha256)

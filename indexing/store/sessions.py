@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
-from agentmemrec.indexing.store.duckdb_store import Store
 from agentmemrec.indexing.store.generations import CarriedCache
+from agentmemrec.indexing.store.protocol import Store
 
 Neighbours = dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
 SESSIONS_CACHED = 20_000  # sessions kept per project; the cache is dropped when full
@@ -55,21 +55,12 @@ class SessionIndex:
 
     def _carry(self, project: str, orders: dict[str, _Order], changed: set[int]) -> dict[str, _Order]:
         """After a write: the sessions neither the changed units were nor now are in."""
-        now_in = self._sessions_of(project, changed)
+        now_in = self.store.sessions_of(project, changed)
         return {name: order for name, order in orders.items()
                 if name not in now_in and changed.isdisjoint(order.neighbours)}
 
-    def _sessions_of(self, project: str, ids: set[int]) -> set[str]:
-        if not ids:
-            return set()
-        return {r[0] for r in self.store.cursor().execute(
-            "SELECT DISTINCT session FROM units WHERE project = ? AND id IN (SELECT unnest(?::BIGINT[])) "
-            "AND session IS NOT NULL", [project, sorted(ids)]).fetchall()}
-
     def _read(self, project: str, names: list[str]) -> dict[str, _Order]:
-        rows = self.store.cursor().execute(
-            "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IN (SELECT unnest(?)) "
-            "ORDER BY session, recorded_at, seq", [project, names]).fetchall()
+        rows = self.store.session_rows(project, names)
         out: dict[str, _Order] = {}
         start = 0
         for i in range(1, len(rows) + 1):

@@ -15,7 +15,7 @@ import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.protocol import Store
 
 log = logging.getLogger(__name__)
 KEEP_SLATES = 500  # per project: the newest slates stay explainable (one is about 200 KB at pool 512)
@@ -53,8 +53,7 @@ class SlateLog:
         queued = self._resolved(slate_id)
         if queued is not None:  # as it will read once stored: through JSON
             return queued[0], json.loads(json.dumps(queued[2]))
-        row = self.store.cursor().execute("SELECT project, payload FROM slates WHERE slate_id = ?",
-                                          [slate_id]).fetchone()
+        row = self.store.load_slate(slate_id)
         return (row[0], json.loads(row[1])) if row else None
 
     def _resolved(self, slate_id: str) -> tuple[str, datetime, dict[str, Any]] | None:
@@ -74,18 +73,10 @@ class SlateLog:
         batch = {i: entry for i in ids if (entry := self._resolved(i)) is not None}
         if not batch:
             return
-        ids = list(batch)
-        with self.store.transaction() as cur:
-            cur.execute("INSERT INTO slates SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
-                        "unnest(?::TIMESTAMP[]), unnest(?::VARCHAR[])",
-                        [ids, [batch[i][0] for i in ids], [batch[i][1] for i in ids],
-                         [json.dumps(batch[i][2]) for i in ids]])
-            for project in {batch[i][0] for i in ids}:  # explanations are for recent answers
-                cur.execute("DELETE FROM slates WHERE project = ? AND slate_id NOT IN (SELECT slate_id "
-                            "FROM slates WHERE project = ? ORDER BY created_at DESC LIMIT ?)",
-                            [project, project, KEEP_SLATES])
+        self.store.save_slates([(i, project, at, json.dumps(payload)) for i, (project, at, payload) in batch.items()],
+                               KEEP_SLATES)
         with self._lock:
-            for slate_id in ids:
+            for slate_id in batch:
                 self._pending.pop(slate_id, None)
 
     def _run(self) -> None:

@@ -1,103 +1,97 @@
-"""Vector rows in the same DuckDB file as the units they describe.
+"""Vector rows beside the units they describe.
 
 Vectors are keyed by (unit id, model identity) and record the content hash they were computed
 from, so an updated unit is re-embedded and a changed model re-embeds everything
 (indexing/dense/backfill.py). Each project's vector generation moves with every batch stored,
 with the units it covered in a change log, so the dense snapshot (indexing/dense/index.py)
-follows new vectors without reloading."""
+follows new vectors without reloading. `SqlVectors` is the SQL both backends share; how a
+vector is stored and read back in bulk is each backend's.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, Iterator
 
-import duckdb
 import numpy as np
 
 from agentmemrec.indexing.store.changes import changed_ids, generation_and_log
-from agentmemrec.indexing.store.duckdb_store import Store, id_filter
+from agentmemrec.indexing.store.protocol import VectorKey, Vectors
 from agentmemrec.indexing.units import Unit
+
+if TYPE_CHECKING:
+    from agentmemrec.indexing.store.sql_store import Cursor, SqlStore
 
 WINDOW = 65_536  # unit ids per read while loading or scanning for pending units
 
 
-@dataclass(frozen=True)
-class Vectors:
-    """One part: unit ids (ascending) and their L2-normalised vectors as float32 rows."""
+class SqlVectors(ABC):
+    """A store's vectors for one model identity."""
 
-    ids: np.ndarray
-    matrix: np.ndarray
-
-
-class VectorStore:
-    """Vector rows in the same DuckDB file as the units they describe."""
-
-    def __init__(self, store: Store, model: str) -> None:
+    def __init__(self, store: SqlStore, model: str) -> None:
         self.store = store
         self.model = model
+
+    @abstractmethod
+    def put(self, units: list[Unit], vectors: np.ndarray, hashes: list[str]) -> None:
+        """Store vectors; each project's vector generation moves on, with the units in its log."""
+
+    @abstractmethod
+    def _current(self, cur: Cursor, project: str, where: str, params: list[Any]) -> Vectors | None:
+        """The current vectors of a project's units matching `where` (over `u`, the units)."""
+
+    def claim(self) -> AbstractContextManager[bool]:
+        return nullcontext(True)  # one process owns an embedded store: nobody else embeds
 
     def pending_windows(self, project: str | None = None) -> Iterator[list[Unit]]:
         """Units without a current vector for this model (new, updated, or a new model), a window
         of ids at a time, so each read touches a bounded slice of the tables."""
         where = "AND u.project = ?" if project else ""
-        cur = self.store.cursor()
-        lo, hi = cur.execute(f"SELECT min(id), max(id) FROM units u WHERE true {where}",
-                             [project] if project else []).fetchone()
+        lo, hi = self.store.fetch_one(f"SELECT min(id), max(id) FROM units u WHERE true {where}",
+                                      [project] if project else [])
         for start in range(lo or 0, (hi or -1) + 1, WINDOW):
-            rows = cur.execute(
+            rows = self.store.fetch(
                 f"""SELECT u.id FROM units u LEFT JOIN vectors v ON v.unit_id = u.id AND v.model = ?
                     AND v.content_hash = u.content_hash AND v.unit_id BETWEEN ? AND ?
                     WHERE v.unit_id IS NULL AND u.id BETWEEN ? AND ? {where} ORDER BY u.id""",
                 [self.model, start, start + WINDOW - 1, start, start + WINDOW - 1,
-                 *([project] if project else [])]).fetchall()
+                 *([project] if project else [])])
             if rows:
                 units = self.store.units_by_id([r[0] for r in rows])
                 yield [units[r[0]] for r in rows if r[0] in units]
 
     def count_pending(self, project: str) -> int:
-        return int(self.store.cursor().execute(
+        return int(self.store.fetch_one(
             """SELECT count(*) FROM units u LEFT JOIN vectors v
                ON v.unit_id = u.id AND v.model = ? AND v.content_hash = u.content_hash
-               WHERE v.unit_id IS NULL AND u.project = ?""", [self.model, project]).fetchone()[0])
+               WHERE v.unit_id IS NULL AND u.project = ?""", [self.model, project])[0])
 
-    def put(self, units: list[Unit], vectors: np.ndarray, hashes: list[str]) -> None:
-        """Store vectors; each project's vector generation moves on, with the units in its log.
-        New rows are inserted plainly (an upsert joins against the whole table); a unit that
-        already has a row for this model (its text changed) makes the batch an upsert."""
-        blobs = [v.astype(np.float16).tobytes() for v in vectors]
-        try:
-            self._put(units, blobs, hashes, upsert=False)
-        except duckdb.ConstraintException:
-            self._put(units, blobs, hashes, upsert=True)
-
-    def _put(self, units: list[Unit], blobs: list[bytes], hashes: list[str], upsert: bool) -> None:
+    def _bump(self, cur: Cursor, units: list[Unit]) -> None:
+        """Inside `put`'s transaction: each project's next vector generation, with its units logged."""
         projects = sorted({u.project for u in units})
-        conflict = ("ON CONFLICT (unit_id, model) DO UPDATE SET content_hash = excluded.content_hash, "
-                    "vec = excluded.vec") if upsert else ""
-        try:
-            with self.store.transaction() as cur:
-                cur.execute(
-                    f"""INSERT INTO vectors SELECT unnest(?::BIGINT[]), ?, unnest(?::VARCHAR[]),
-                        unnest(?::BLOB[]) {conflict}""", [[u.id for u in units], self.model, hashes, blobs])
-                generations = dict(cur.execute(
-                    """INSERT INTO vector_state (project, model, generation) SELECT unnest(?::VARCHAR[]), ?, 1
-                       ON CONFLICT (project, model) DO UPDATE SET generation = vector_state.generation + 1
-                       RETURNING project, generation""", [projects, self.model]).fetchall())
-                cur.execute("INSERT INTO vector_changes SELECT unnest(?::VARCHAR[]), ?, unnest(?::BIGINT[]), "
-                            "unnest(?::BIGINT[])", [[u.project for u in units], self.model,
-                                                    [generations[u.project] for u in units], [u.id for u in units]])
-        finally:
-            for project in projects:
-                self.store.generations.forget(("vectors", project, self.model))
+        generations = dict(cur.execute(
+            """INSERT INTO vector_state (project, model, generation) SELECT unnest(?::VARCHAR[]), ?, 1
+               ON CONFLICT (project, model) DO UPDATE SET generation = vector_state.generation + 1
+               RETURNING project, generation""", [projects, self.model]).fetchall())
+        cur.execute("INSERT INTO vector_changes SELECT unnest(?::VARCHAR[]), ?, unnest(?::BIGINT[]), "
+                    "unnest(?::BIGINT[])", [[u.project for u in units], self.model,
+                                            [generations[u.project] for u in units], [u.id for u in units]])
+        for project in projects:
+            self.store._moved(cur, ("vectors", project, self.model))
+
+    def _forget(self, units: list[Unit]) -> None:
+        for project in {u.project for u in units}:
+            self.store.generations.forget(("vectors", project, self.model))
 
     def generation(self, project: str) -> int:
         def load() -> int:
-            row = self.store.cursor().execute("SELECT generation FROM vector_state WHERE project = ? AND model = ?",
-                                              [project, self.model]).fetchone()
+            row = self.store.fetch_one("SELECT generation FROM vector_state WHERE project = ? AND model = ?",
+                                       [project, self.model])
             return int(row[0]) if row else 0
         return self.store.generations.get(("vectors", project, self.model), load)
 
-    def _key(self, cur: duckdb.DuckDBPyConnection, project: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    def _key(self, cur: Cursor, project: str) -> tuple[VectorKey, VectorKey]:
         """((store generation, vector generation), the generations their logs reach back to)."""
         generation, logged = generation_and_log(cur, project)
         row = cur.execute("SELECT generation, logged_from FROM vector_state WHERE project = ? AND model = ?",
@@ -105,17 +99,7 @@ class VectorStore:
         vgen, vlogged = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
         return (generation, vgen), (logged, vlogged)
 
-    def _current(self, cur: duckdb.DuckDBPyConnection, project: str, where: str, params: list) -> Vectors | None:
-        found = cur.execute(
-            f"""SELECT u.id, v.vec FROM units u JOIN vectors v ON v.unit_id = u.id AND v.model = ?
-                AND v.content_hash = u.content_hash WHERE u.project = ? AND {where} ORDER BY u.id""",
-            [self.model, project, *params]).fetchnumpy()  # columns as arrays: no tuple per row
-        if not len(found["id"]):
-            return None
-        flat = np.frombuffer(b"".join(found["vec"]), dtype=np.float16)
-        return Vectors(found["id"].astype(np.int64), flat.reshape(len(found["id"]), -1).astype(np.float32))
-
-    def load(self, project: str) -> tuple[tuple[int, int], list[Vectors]]:
+    def load(self, project: str) -> tuple[VectorKey, list[Vectors]]:
         """Every current vector of a project, a window of ids per part (no copy of the whole)."""
         with self.store.reading() as cur:
             key, _ = self._key(cur, project)
@@ -132,8 +116,7 @@ class VectorStore:
                     pieces = []
         return key, parts
 
-    def changes_since(self, project: str, key: tuple[int, int]
-                      ) -> tuple[tuple[int, int], np.ndarray, Vectors | None] | None:
+    def changes_since(self, project: str, key: VectorKey) -> tuple[VectorKey, np.ndarray, Vectors | None] | None:
         """Units whose rows or vectors changed after `key`, with the current vectors of those that
         have one; None when the logs do not reach back that far."""
         with self.store.reading() as cur:
@@ -145,9 +128,10 @@ class VectorStore:
                 "SELECT unit_id FROM vector_changes WHERE project = ? AND model = ? AND generation > ?",
                 [project, self.model, key[1]]).fetchall())
             changed = sorted(ids)
-            where, params = id_filter("u.id", changed) if changed else ("false", [])
+            where, params = self.store.id_filter("u.id", changed) if changed else ("false", [])
             return now, np.asarray(changed, dtype=np.int64), self._current(cur, project, where, params)
 
     def drop_orphans(self) -> None:
         with self.store.transaction() as cur:
             cur.execute("DELETE FROM vectors WHERE unit_id NOT IN (SELECT id FROM units)")
+

@@ -11,23 +11,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.indexing.units import Chunk, Item
 
+if TYPE_CHECKING:
+    from agentmemrec.indexing.store.sql_store import Cursor
+
 UNIT_ID = re.compile(r"#?[0-9]{1,18}")  # ASCII digits only ('¹'.isdigit()), and within BIGINT
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    """What one item became: its unit ids (several for a chunked note) and what happened."""
-
-    ref: str | None
-    ids: tuple[int, ...]
-    outcome: str  # "stored" | "updated" | "unchanged"
 
 
 def now() -> datetime:
@@ -49,7 +42,7 @@ UPSERT = """ON CONFLICT (project, key) DO UPDATE SET
     WHERE NOT starts_with(excluded.key, 'hash:')  -- same content: nothing to write"""
 
 
-def write_batch(cur: duckdb.DuckDBPyConnection, project: str, batch: list[Prepared],
+def write_batch(cur: Cursor, project: str, batch: list[Prepared],
                 removed: list[int], fast: bool = False) -> list[WriteResult]:
     """Write a prepared batch inside the caller's transaction; the ids of chunks a shorter note
     no longer has are appended to `removed`. `fast`: new rows are inserted plainly (DuckDB checks
@@ -118,27 +111,27 @@ def _row(item: Item, chash: str, key: str, chunk: Any) -> tuple[Any, ...]:
             item.role, item.speaker, item.title, item.status, item.path, chunk.heading,
             item.at or now())
 
-def _existing_by_ref(cur: duckdb.DuckDBPyConnection, project: str, refs: list[str]
+def _existing_by_ref(cur: Cursor, project: str, refs: list[str]
                       ) -> dict[str, list[tuple[int, str, str, int]]]:
     out: dict[str, list[tuple[int, str, str, int]]] = {}
     if refs:
         for uid, ref, kind, chash, chunk in cur.execute(
                 "SELECT id, ref, kind, content_hash, chunk FROM units WHERE project = ? AND ref IN "
-                "(SELECT unnest(?)) ORDER BY ref, chunk", [project, refs]).fetchall():
+                "(SELECT unnest(?::VARCHAR[])) ORDER BY ref, chunk", [project, refs]).fetchall():
             out.setdefault(ref, []).append((uid, kind, chash, chunk))
     return out
 
-def _existing_by_hash(cur: duckdb.DuckDBPyConnection, project: str, hashes: list[str]
+def _existing_by_hash(cur: Cursor, project: str, hashes: list[str]
                        ) -> dict[str, tuple[int, ...]]:
     out: dict[str, list[int]] = {}
     if hashes:
         for chash, uid in cur.execute(
                 "SELECT content_hash, id FROM units WHERE project = ? AND ref IS NULL AND "
-                "content_hash IN (SELECT unnest(?)) ORDER BY chunk", [project, hashes]).fetchall():
+                "content_hash IN (SELECT unnest(?::VARCHAR[])) ORDER BY chunk", [project, hashes]).fetchall():
             out.setdefault(chash, []).append(uid)
     return {h: tuple(ids) for h, ids in out.items()}
 
-def _bulk_upsert(cur: duckdb.DuckDBPyConnection, project: str,
+def _bulk_upsert(cur: Cursor, project: str,
                 rows: list[tuple[Any, ...]], upsert: bool = True) -> dict[str, int]:
     if not rows:
         return {}
@@ -155,7 +148,7 @@ def _bulk_upsert(cur: duckdb.DuckDBPyConnection, project: str,
         """, [project, *[list(c) for c in cols], now()]).fetchall()
     return {key: int(uid) for key, uid in returned}
 
-def _link_supersession(cur: duckdb.DuckDBPyConnection, project: str, new_id: int,
+def _link_supersession(cur: Cursor, project: str, new_id: int,
                       supersedes: str | None, known: dict[str, tuple[int, str]]) -> None:
     old = cur.execute("SELECT supersedes FROM units WHERE id = ?", [new_id]).fetchone()[0]
     if old is not None:  # an update in place may change or drop the link
@@ -171,7 +164,7 @@ def _link_supersession(cur: duckdb.DuckDBPyConnection, project: str, new_id: int
     if target is not None:
         cur.execute("UPDATE units SET superseded_by = ? WHERE id = ?", [new_id, target])
 
-def _chain_down(cur: duckdb.DuckDBPyConnection, start: int) -> set[int]:
+def _chain_down(cur: Cursor, start: int) -> set[int]:
     seen: set[int] = set()
     current: int | None = start
     while current is not None and current not in seen:
@@ -180,7 +173,7 @@ def _chain_down(cur: duckdb.DuckDBPyConnection, start: int) -> set[int]:
         current = row[0] if row else None
     return seen
 
-def _resolve(cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
+def _resolve(cur: Cursor, project: str, ref_or_id: str,
              kind: str | None = None, known: dict[str, tuple[int, str]] | None = None) -> int:
     """A client ref, or a unit id written as '#123' or '123', to the unit id (first chunk);
     `known` holds refs already read (ref -> first id, kind)."""
@@ -199,7 +192,7 @@ def _resolve(cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str,
             raise InputError(f"{ref_or_id!r} is a {found}; only a {kind} can be named here")
     return ids[0]
 
-def resolve_all(cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str) -> list[int]:
+def resolve_all(cur: Cursor, project: str, ref_or_id: str) -> list[int]:
     rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
                        [project, ref_or_id]).fetchall()
     if not rows and UNIT_ID.fullmatch(ref_or_id):
@@ -207,7 +200,7 @@ def resolve_all(cur: duckdb.DuckDBPyConnection, project: str, ref_or_id: str) ->
                            [project, int(ref_or_id.lstrip("#"))]).fetchall()
     return [r[0] for r in rows]
 
-def _unchanged_chunks(cur: duckdb.DuckDBPyConnection, project: str, item: Item,
+def _unchanged_chunks(cur: Cursor, project: str, item: Item,
                       rows: list[tuple[Any, ...]]) -> dict[str, int]:
     """The planned rows (see `_row`) whose stored row already holds the same content and
     fields, as key -> id: an edit to one section of a note rewrites only that chunk, and the

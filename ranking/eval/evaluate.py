@@ -26,7 +26,7 @@ from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.dense.models import INSTALL_HINT
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.ranking.cross_encoder import Reranker, load_reranker
@@ -62,7 +62,7 @@ class CaseStores:
     """One case's temporary store and the derived indexes its variants share."""
 
     def __init__(self, root: Path, models: EvalModels, config: RecallConfig) -> None:
-        self.store = Store(root / "memory.duckdb")
+        self.store = DuckDBStore(root / "memory.duckdb")
         self.models = models
         self.config = config
         self.bm25 = Bm25Channel(LexicalIndex(self.store, root / "index" / "bm25"))

@@ -15,7 +15,7 @@ from agentmemrec.indexing.lexical.index import LexicalIndex
 from agentmemrec.indexing.lexical.postings import BM25_PARAMS, tokenize
 from agentmemrec.indexing.segments import Segments, merge_count
 from agentmemrec.indexing.store import changes
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.units import validate_batch
 
 WORDS = ("bazel cache deploy helm chart kafka broker retry queue lock schema index token session "
@@ -27,7 +27,7 @@ def _text(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 9))) or "the and of"  # stopwords only
 
 
-def _step(store: Store, rng: random.Random, step: int) -> None:
+def _step(store: DuckDBStore, rng: random.Random, step: int) -> None:
     """One random change: new turns (some sharing a ref with an older one), a forget, a rename."""
     refs = [r for (r,) in store.cursor().execute("SELECT ref FROM units WHERE project = 'p' AND ref IS NOT NULL").fetchall()]
     action = rng.choice(["write", "write", "write", "forget", "rename"] if refs else ["write"])
@@ -42,7 +42,7 @@ def _step(store: Store, rng: random.Random, step: int) -> None:
 
 
 def test_a_lexical_index_that_follows_writes_equals_one_rebuilt_from_the_rows(tmp_path):
-    store, rng = Store(tmp_path / "m.duckdb"), random.Random(7)
+    store, rng = DuckDBStore(tmp_path / "m.duckdb"), random.Random(7)
     store.write("q", validate_batch([{"kind": "turn", "text": "kafka broker in another project"}]))
     following = LexicalIndex(store, tmp_path / "idx")
     for step in range(60):
@@ -66,7 +66,7 @@ def test_a_lexical_index_that_follows_writes_equals_one_rebuilt_from_the_rows(tm
 
 def test_a_lexical_index_saved_mid_way_catches_up_after_a_restart(tmp_path, monkeypatch):
     monkeypatch.setattr("agentmemrec.indexing.lexical.index.PERSIST_ROWS", 4)
-    store, rng = Store(tmp_path / "m.duckdb"), random.Random(3)
+    store, rng = DuckDBStore(tmp_path / "m.duckdb"), random.Random(3)
     index = LexicalIndex(store, tmp_path / "idx")
     for step in range(30):
         _step(store, rng, step)
@@ -79,7 +79,7 @@ def test_a_lexical_index_saved_mid_way_catches_up_after_a_restart(tmp_path, monk
 
 
 def test_a_rebuild_in_chunks_equals_one_in_a_single_part(tmp_path, monkeypatch):
-    store, rng = Store(tmp_path / "m.duckdb"), random.Random(5)
+    store, rng = DuckDBStore(tmp_path / "m.duckdb"), random.Random(5)
     for step in range(20):
         _step(store, rng, step)
     whole = LexicalIndex(store, tmp_path / "whole").rebuild("p")
@@ -92,19 +92,19 @@ def test_a_rebuild_in_chunks_equals_one_in_a_single_part(tmp_path, monkeypatch):
 
 
 def test_an_index_older_than_the_change_log_is_rebuilt(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     store.write("p", validate_batch([{"kind": "turn", "text": "bazel cache"}]))
     index = LexicalIndex(store, tmp_path / "idx")
     index.snapshot("p")
     store.write("p", validate_batch([{"kind": "turn", "text": "bazel remote cache"}]))
     store.cursor().execute("UPDATE projects SET logged_from = generation")  # as a store migrated just now
-    assert changes.changes_since(store, "p", 1) is None
+    assert store.changes_since("p", 1) is None
     assert len(index.snapshot("p").search("bazel", 5)) == 2
     store.close()
 
 
 def test_a_dense_index_that_follows_writes_and_new_vectors_equals_a_fresh_load(tmp_path):
-    store, rng = Store(tmp_path / "m.duckdb"), random.Random(11)
+    store, rng = DuckDBStore(tmp_path / "m.duckdb"), random.Random(11)
     embedder = BagOfWords()
     following = DenseIndex(store, embedder)
     query = embedder.embed(["kafka broker retry"])[0]

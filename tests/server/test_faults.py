@@ -93,15 +93,15 @@ def test_sigkill_inside_an_import_transaction_leaves_whole_batches_only(home, tm
     src = import_file(tmp_path)
     run_child(home, f"""
         import os, signal
-        from agentmemrec.indexing.store.duckdb_store import Store
+        from agentmemrec.indexing.store.duckdb_store import DuckDBStore
         from agentmemrec.server.cli import main
-        bump, calls = Store._bump, []
+        bump, calls = DuckDBStore._bump, []
         def bump_then_die(self, cur, project, *changed):
             bump(self, cur, project, *changed)
             calls.append(1)
             if len(calls) == 3:  # batch 3 is written but not committed
                 os.kill(os.getpid(), signal.SIGKILL)
-        Store._bump = bump_then_die
+        DuckDBStore._bump = bump_then_die
         main(["import", {str(src)!r}, "--project", "p"])
     """)
     texts = [t for _, t in rows(home)]
@@ -141,7 +141,7 @@ def test_sigkill_during_an_index_rebuild_is_repaired_at_the_next_start(home, poi
         from pathlib import Path
         import numpy as np
         from agentmemrec.indexing.lexical.index import LexicalIndex
-        from agentmemrec.indexing.store.duckdb_store import Store
+        from agentmemrec.indexing.store.duckdb_store import DuckDBStore
         real, calls = getattr({module}, {name!r}), []
         def then_die(*args, **kwargs):
             calls.append(1)
@@ -152,7 +152,7 @@ def test_sigkill_during_an_index_rebuild_is_repaired_at_the_next_start(home, poi
             return real(*args, **kwargs)
         setattr({module}, {name!r}, then_die)
         home = Path(os.environ["AGENTMEMREC_HOME"])
-        LexicalIndex(Store(home / "memory.duckdb"), home / "index" / "bm25").rebuild("p")
+        LexicalIndex(DuckDBStore(home / "memory.duckdb"), home / "index" / "bm25").rebuild("p")
     """)
     assert index_state(home) == (live, sorted(left, key=lambda n: n.lstrip(".")), part_files)
     memory = Memory.open(home)

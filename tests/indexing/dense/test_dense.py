@@ -11,7 +11,7 @@ import numpy as np
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.ranking.candidates import fuse, rrf_score
 from agentmemrec.ranking.memory import Memory
 
@@ -32,7 +32,7 @@ class BagOfWords:
 
 
 def memory_with(tmp_path, embedder, background: bool) -> Memory:
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     dense = DenseIndex(store, embedder)
     worker = EmbeddingWorker(dense.vectors, embedder).start() if background else None
     return Memory(store, [Bm25Channel(LexicalIndex(store, tmp_path / "idx")), DenseChannel(dense)],

@@ -8,7 +8,7 @@ import pytest
 
 from agentmemrec.indexing.lexical.index import LexicalIndex
 from agentmemrec.indexing.lexical.postings import BM25_PARAMS, tokenize
-from agentmemrec.indexing.store.duckdb_store import Store
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.memory import Memory
 
@@ -16,8 +16,8 @@ DOCS = ["The build uses Bazel and remote caching.", "We deploy with Helm to the 
         "Bazel remote cache lives in S3.", "Lunch is at noon.", "Helm charts live in deploy/charts."]
 
 
-def _store(tmp_path) -> Store:
-    store = Store(tmp_path / "m.duckdb")
+def _store(tmp_path) -> DuckDBStore:
+    store = DuckDBStore(tmp_path / "m.duckdb")
     store.write("p", validate_batch([{"kind": "note", "path": f"n{i}.md", "text": t} for i, t in enumerate(DOCS)]))
     return store
 

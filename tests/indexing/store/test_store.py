@@ -6,36 +6,36 @@ import duckdb
 import pytest
 
 from agentmemrec.indexing.errors import InputError
-from agentmemrec.indexing.store.duckdb_store import MIGRATIONS, Store
+from agentmemrec.indexing.store.duckdb_store import MIGRATIONS, DuckDBStore
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.memory import Memory
 
 
-def write(store: Store, project: str, *raw: dict) -> list:
+def write(store: DuckDBStore, project: str, *raw: dict) -> list:
     return store.write(project, validate_batch(list(raw)))
 
 
 def test_migrations_are_numbered_and_applied_once(tmp_path):
     path = tmp_path / "m.duckdb"
-    Store(path).close()
-    store = Store(path)
+    DuckDBStore(path).close()
+    store = DuckDBStore(path)
     versions = [v for (v,) in store.cursor().execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()]
     assert versions == list(range(1, len(MIGRATIONS) + 1))
     store.close()
 
 
 def test_units_survive_a_restart_with_their_ids_and_token_counts(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     [res] = write(store, "p", {"kind": "turn", "text": "hello world", "ref": "r"})
     store.close()
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     unit = store.units("p", res.ids)[res.ids[0]]
     assert (unit.ref, unit.text, unit.tokens) == ("r", "hello world", 2)
     store.close()
 
 
 def test_a_failing_item_rolls_back_the_whole_batch(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     with pytest.raises(InputError, match="names no unit"):
         write(store, "p", {"kind": "turn", "text": "first"},
               {"kind": "decision", "text": "second", "supersedes": "missing"})
@@ -44,7 +44,7 @@ def test_a_failing_item_rolls_back_the_whole_batch(tmp_path):
 
 
 def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     a, b = write(store, "p", {"kind": "decision", "ref": "a", "text": "old"},
                  {"kind": "decision", "ref": "b", "text": "new", "supersedes": "a"})
     units = store.units("p", [a.ids[0], b.ids[0]])
@@ -53,7 +53,7 @@ def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(tmp_path):
 
 
 def test_a_supersedes_cycle_is_refused(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     write(store, "p", {"kind": "decision", "ref": "a", "text": "A"},
           {"kind": "decision", "ref": "b", "text": "B", "supersedes": "a"})
     with pytest.raises(InputError, match="cycle"):
@@ -62,7 +62,7 @@ def test_a_supersedes_cycle_is_refused(tmp_path):
 
 
 def test_supersedes_must_name_a_decision_of_the_same_project(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     write(store, "other", {"kind": "decision", "ref": "x", "text": "elsewhere"})
     write(store, "p", {"kind": "turn", "ref": "t", "text": "a turn"})
     with pytest.raises(InputError, match="names no unit"):
@@ -73,7 +73,7 @@ def test_supersedes_must_name_a_decision_of_the_same_project(tmp_path):
 
 
 def test_a_note_rewritten_shorter_loses_its_extra_chunks(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     long = "\n\n".join(f"# H{i}\n\n" + "word " * 50 for i in range(5))
     [first] = write(store, "p", {"kind": "note", "path": "a.md", "text": long})
     [second] = write(store, "p", {"kind": "note", "path": "a.md", "text": "# H0\n\nshort now"})
@@ -83,7 +83,7 @@ def test_a_note_rewritten_shorter_loses_its_extra_chunks(tmp_path):
 
 
 def test_changing_a_refs_kind_is_refused(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     write(store, "p", {"kind": "turn", "ref": "r", "text": "t"})
     with pytest.raises(InputError, match="already names a turn"):
         write(store, "p", {"kind": "decision", "ref": "r", "text": "d"})
@@ -100,7 +100,7 @@ def test_the_store_is_a_real_duckdb_file(tmp_path, memory):
 
 def test_a_note_of_headings_only_is_stored_as_written(tmp_path):
     # Found by tests/test_hostile.py: such a note made no chunk, and the write failed obscurely.
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     [result] = write(store, "p", {"kind": "note", "path": "a.md", "text": "## decisions\n\n# Title"})
     unit = store.units("p", result.ids)[result.ids[0]]
     assert result.outcome == "stored" and unit.text == "## decisions\n\n# Title"
@@ -110,7 +110,7 @@ def test_a_note_of_headings_only_is_stored_as_written(tmp_path):
 @pytest.mark.parametrize("name", ["\u00b9", "#\u0663", "9" * 30, "#" + "1" * 5000])
 def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(tmp_path, name):
     # Found by tests/test_hostile.py: '\u00b9'.isdigit() is true but int() refuses it.
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     write(store, "p", {"kind": "turn", "text": "one"})
     assert store.ids_for("p", name) == []
     with pytest.raises(InputError, match="nothing to forget"):
@@ -119,7 +119,7 @@ def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(tmp_path, name):
 
 
 def test_a_write_through_one_store_moves_the_generation_another_store_on_the_file_sees(tmp_path):
-    first, second = Store(tmp_path / "m.duckdb"), Store(tmp_path / "m.duckdb")
+    first, second = DuckDBStore(tmp_path / "m.duckdb"), DuckDBStore(tmp_path / "m.duckdb")
     assert second.generation("p") == 0
     write(first, "p", {"kind": "turn", "text": "hello"})
     assert second.generation("p") == first.generation("p") == 1
@@ -128,7 +128,7 @@ def test_a_write_through_one_store_moves_the_generation_another_store_on_the_fil
 
 
 def test_every_write_path_logs_the_units_it_changed(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     [a, b] = write(store, "p", {"kind": "turn", "ref": "a", "text": "one"}, {"kind": "turn", "text": "two"})
     write(store, "p", {"kind": "turn", "ref": "a", "text": "one, edited"}, {"kind": "turn", "text": "two"})
     store.rename_ref("p", "a", "a2", None)
@@ -151,7 +151,7 @@ def test_an_explanation_is_readable_at_once_and_after_a_restart(home):
 
 
 def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     [old] = write(store, "p", {"kind": "turn", "text": "old"})
     out = write(store, "p", {"kind": "turn", "text": "new"}, {"kind": "turn", "text": "old"},
                 {"kind": "turn", "ref": "r", "text": "with a ref"})
@@ -161,7 +161,7 @@ def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
 
 
 def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(tmp_path):
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     [old, kept] = write(store, "p", {"kind": "decision", "ref": "d1", "text": "Use Postgres."},
                         {"kind": "turn", "ref": "t", "text": "first words"})
     assert store.units("p", [old.ids[0], kept.ids[0]])[kept.ids[0]].text == "first words"  # now cached
@@ -177,7 +177,7 @@ def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(tmp_pat
 
 def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
     from agentmemrec.indexing.store.sessions import SessionIndex
-    store = Store(tmp_path / "m.duckdb")
+    store = DuckDBStore(tmp_path / "m.duckdb")
     turns = write(store, "p", *({"kind": "turn", "session": "s1", "text": f"turn {i}",
                                  "at": f"2024-01-01T10:0{i}:00"} for i in range(3)))
     index = SessionIndex(store)

@@ -1,0 +1,29 @@
+"""Choosing a backend: DuckDB in the home by default, PostgreSQL when a URL names one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store.protocol import Store
+
+SCHEMES = ("postgresql", "postgres")
+
+
+def check_store_url(url: str) -> str:
+    """A PostgreSQL URL (postgresql://user@host:port/db), or a clear refusal."""
+    if not isinstance(url, str) or urlsplit(url).scheme not in SCHEMES:
+        raise InputError(f"--store / AGENTMEMREC_STORE must be a PostgreSQL URL such as "
+                         f"postgresql://user:password@host:5432/agentmemrec, not {url!r}; leave it unset "
+                         "for the embedded DuckDB store in the home")
+    return url
+
+
+def open_store(home: Path, url: str | None = None) -> Store:
+    """The store for a home: its DuckDB file, or the PostgreSQL database `url` names."""
+    if url is None:
+        from agentmemrec.indexing.store.duckdb_store import DuckDBStore  # noqa: PLC0415
+        return DuckDBStore(Path(home) / "memory.duckdb")
+    from agentmemrec.indexing.store.postgres_store import PostgresStore  # noqa: PLC0415 - needs the team extra
+    return PostgresStore(check_store_url(url))

@@ -1,0 +1,295 @@
+"""The SQL both backends speak: one schema, one write path, one set of reads.
+
+Rows are keyed by (project, key): `ref:<ref>#<chunk>` for items with a client ref, otherwise
+`hash:<content hash>#<chunk>`, so writing the same ref updates in place and writing identical
+content again stores nothing new. Each project has a generation number, bumped by every change,
+that derived indexes record and are checked against; the units each change touched go to a log.
+
+Statements use `?` placeholders and casts both DuckDB and PostgreSQL read (`?::BIGINT[]`). A
+backend supplies connections and transactions, how a generation is cached and who hears that it
+moved, and how vectors are kept (`duckdb_store`, `postgres_store`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, row_to_unit, scan_units
+from agentmemrec.indexing.store.generations import CarriedCache, Generations
+from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
+from agentmemrec.indexing.store.writes import Prepared, resolve_all, write_batch
+from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash
+
+UNIT_CACHE = 50_000  # units kept per project (a few tens of MB); the cache is dropped when full
+
+
+class Cursor(Protocol):
+    """What the shared SQL needs of a cursor (DuckDB's connection cursor, or psycopg's wrapped)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> "Cursor": ...
+
+    def fetchall(self) -> list[tuple[Any, ...]]: ...
+
+    def fetchone(self) -> tuple[Any, ...] | None: ...
+
+
+class SqlStore(ABC):
+    """The shared SQL over a backend's cursors; see the module docstring."""
+
+    generations: Generations
+
+    def __init__(self) -> None:
+        # units kept per project; decisions are not carried (their supersession links change
+        # with other decisions' writes)
+        self._units: CarriedCache[int, Unit] = CarriedCache(
+            self.generation, self.changed_between,
+            lambda _, units, changed: {i: u for i, u in units.items()
+                                       if i not in changed and u.kind != "decision"})
+
+    # ---- what a backend supplies ----------------------------------------------------------------
+
+    @abstractmethod
+    def transaction(self, project: str | None = None) -> AbstractContextManager[Cursor]:
+        """A cursor inside one write transaction; a write to a project's units names it."""
+
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[Cursor]:
+        """A cursor inside one read transaction: everything read through it is one snapshot."""
+
+    @abstractmethod
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one statement run on its own."""
+
+    @abstractmethod
+    def vectors(self, model: str) -> VectorRows: ...
+
+    @abstractmethod
+    def _write_prepared(self, project: str, prepared: list[Prepared]) -> list[WriteResult]: ...
+
+    def id_filter(self, column: str, ids: list[int]) -> tuple[str, list[Any]]:
+        """`column` among the unit ids `ids`."""
+        return f"{column} IN (SELECT unnest(?::BIGINT[]))", [list(ids)]
+
+    def _moved(self, cur: Cursor, key: tuple[str, ...]) -> None:
+        """Inside a write transaction: a generation is moving (others may have to hear it)."""
+
+    def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def write(self, project: str, items: list[Item]) -> list[WriteResult]:
+        """Store a validated batch in one transaction: all items or none."""
+        check_project(project)
+        return self._write_prepared(project, [Prepared(it, content_hash(it), chunk_item(it)) for it in items])
+
+    def _write_once(self, project: str, prepared: list[Prepared], fast: bool) -> list[WriteResult]:
+        with self.transaction(project) as cur:
+            removed: list[int] = []
+            results = write_batch(cur, project, prepared, removed, fast)
+            changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
+            if changed or removed:
+                self._bump(cur, project, changed + removed)
+        return results
+
+    def _bump(self, cur: Cursor, project: str, ids: Iterable[int]) -> None:
+        """The project's next generation, with the units it changed (written, rewritten, renamed
+        or removed) in the change log."""
+        count = cur.execute("SELECT count(*) FROM units WHERE project = ?", [project]).fetchone()[0]
+        generation = cur.execute(
+            "INSERT INTO projects (project, generation, units) VALUES (?, 1, ?) ON CONFLICT (project) "
+            "DO UPDATE SET generation = projects.generation + 1, units = excluded.units "
+            "RETURNING generation", [project, count]).fetchone()[0]
+        cur.execute("INSERT INTO unit_changes SELECT ?, ?, unnest(?::BIGINT[])",
+                    [project, generation, sorted(set(ids))])
+        self._moved(cur, ("units", project))
+
+    def forget(self, project: str, refs: list[str]) -> list[int]:
+        """Remove units by ref or id; unknown names fail the whole call and remove nothing."""
+        check_project(project)
+        with self.transaction(project) as cur:
+            resolved = {r: resolve_all(cur, project, r) for r in refs}
+            missing = [r for r, ids in resolved.items() if not ids]
+            if missing:
+                raise InputError(f"nothing to forget for {missing} in project {project!r}; "
+                                 "pass refs or ids as remember/recall_slate returned them")
+            ids = sorted({i for found in resolved.values() for i in found})
+            for column in ("superseded_by", "supersedes"):
+                cur.execute(f"UPDATE units SET {column} = NULL WHERE {column} IN "
+                            "(SELECT unnest(?::BIGINT[]))", [ids])
+            cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
+            self._bump(cur, project, ids)
+        return ids
+
+    def rename_ref(self, project: str, old_ref: str, new_ref: str, path: str | None) -> list[int]:
+        """Give an item (all its chunks) a new ref and path in place, keeping its unit ids: a
+        renamed file keeps its identity. Refused if `new_ref` is taken or `old_ref` unknown."""
+        check_project(project)
+        with self.transaction(project) as cur:
+            taken = cur.execute("SELECT count(*) FROM units WHERE project = ? AND ref = ?",
+                                [project, new_ref]).fetchone()[0]
+            if taken:
+                raise InputError(f"ref {new_ref!r} already exists in project {project!r}")
+            ids = [r[0] for r in cur.execute(
+                "UPDATE units SET ref = ?, key = 'ref:' || ? || '#' || CAST(chunk AS VARCHAR), "
+                "path = coalesce(?, path) WHERE project = ? AND ref = ? RETURNING id",
+                [new_ref, new_ref, path, project, old_ref]).fetchall()]
+            if not ids:
+                raise InputError(f"ref {old_ref!r} names nothing in project {project!r}")
+            self._bump(cur, project, ids)
+        return sorted(ids)
+
+    # ---- what derived indexes follow ---------------------------------------------------------
+
+    def generation(self, project: str) -> int:
+        def load() -> int:
+            row = self.fetch_one("SELECT generation FROM projects WHERE project = ?", [project])
+            return int(row[0]) if row else 0
+        return self.generations.get(("units", project), load)
+
+    def changed_between(self, project: str, since: int, generation: int) -> set[int] | None:
+        """Units the change log names after `since` up to `generation`; None when it does not
+        reach back that far."""
+        if since > generation:
+            return None
+        row = self.fetch_one("SELECT logged_from FROM projects WHERE project = ?", [project])
+        if row is None or (row[0] or 0) > since:
+            return None
+        return {r[0] for r in self.fetch(
+            "SELECT unit_id FROM unit_changes WHERE project = ? AND generation > ? AND generation <= ?",
+            [project, since, generation])}
+
+    def changes_since(self, project: str, generation: int) -> Changes | None:
+        with self.reading() as cur:
+            return changes_since(cur, project, generation, lambda ids: self._units_in(cur, project, ids))
+
+    def scan_units(self, project: str, on_chunk: Callable[[list[Unit]], None], chunk: int | None = None) -> int:
+        with self.reading() as cur:
+            return scan_units(cur, project, on_chunk, chunk)
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def projects(self) -> dict[str, int]:
+        rows = self.fetch("SELECT project, count(*) FROM units GROUP BY project ORDER BY project")
+        return {p: int(n) for p, n in rows}
+
+    def units(self, project: str, ids: Iterable[int]) -> dict[int, Unit]:
+        """A project's units by id (others' ids are left out), read through a cache of the
+        project's current generation: a pool's units are mostly the ones recent recalls fetched."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        cache = self._units.current(project)
+        found = {i: u for i in ids if (u := cache.get(i)) is not None}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            fetched = self._units_in(None, project, missing)
+            if len(cache) + len(fetched) > UNIT_CACHE:
+                cache.clear()
+            cache.update(fetched)
+            found.update(fetched)
+        return found
+
+    def _units_in(self, cur: Cursor | None, project: str, ids: list[int]) -> dict[int, Unit]:
+        if not ids:
+            return {}
+        where, params = self.id_filter("id", ids)
+        sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}"  # by id alone: a project filter turns the lookup into a scan
+        rows = cur.execute(sql, params).fetchall() if cur is not None else self.fetch(sql, params)
+        return {r[0]: row_to_unit(r) for r in rows if r[1] == project}
+
+    def units_by_id(self, ids: Iterable[int]) -> dict[int, Unit]:
+        """Units by id in any project: for maintenance work (embedding), never for a request."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        where, params = self.id_filter("id", ids)
+        return {r[0]: row_to_unit(r) for r in self.fetch(f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}", params)}
+
+    def ids_for(self, project: str, ref_or_id: str) -> list[int]:
+        """The unit ids a ref (all chunks) or an id names in a project; empty if none."""
+        with self.reading() as cur:
+            return resolve_all(cur, project, ref_or_id)
+
+    def index_rows(self, project: str) -> tuple[list[int], list[str], int]:
+        """Every unit of a project as (ids, index texts), with the generation they belong to."""
+        units: list[Unit] = []
+        generation = self.scan_units(project, units.extend)
+        return [u.id for u in units], [u.index_text() for u in units], generation
+
+    def ineligible_ids(self, project: str, as_of: datetime | None) -> set[int]:
+        """Units recorded after `as_of` (none when as_of is None)."""
+        if as_of is None:
+            return set()
+        return {r[0] for r in self.fetch("SELECT id FROM units WHERE project = ? AND recorded_at > ?",
+                                         [project, as_of])}
+
+    def count_units(self, project: str) -> int:
+        return int(self.fetch_one("SELECT count(*) FROM units WHERE project = ?", [project])[0])
+
+    def units_outside(self, project: str) -> int:
+        """How many units other projects hold, from the per-project counters (no row is read)."""
+        return int(self.fetch_one("SELECT coalesce(sum(units), 0) FROM projects WHERE project <> ?", [project])[0])
+
+    def sources(self, project: str, ref_prefixes: tuple[str, ...], path_prefix: str = "") -> list[SourceRow]:
+        """Every item whose ref starts with one of `ref_prefixes` and whose path lies under
+        `path_prefix` ('' for all): the units a source such as the note watcher owns."""
+        like = " OR ".join("starts_with(ref, ?)" for _ in ref_prefixes) or "false"
+        rows = self.fetch(
+            f"SELECT ref, path, kind, content_hash FROM units WHERE project = ? AND chunk = 0 "
+            f"AND path IS NOT NULL AND starts_with(path, ?) AND ({like}) ORDER BY ref",
+            [project, path_prefix, *ref_prefixes])
+        return [SourceRow(*row) for row in rows]
+
+    def session_rows(self, project: str, names: list[str]) -> list[tuple[int, str, datetime]]:
+        """(id, session, recorded_at) of every unit in the named sessions, in session order."""
+        return self.fetch(
+            "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IN "
+            "(SELECT unnest(?::VARCHAR[])) ORDER BY session, recorded_at, seq", [project, names])
+
+    def sessions_of(self, project: str, ids: set[int]) -> set[str]:
+        if not ids:
+            return set()
+        where, params = self.id_filter("id", sorted(ids))
+        return {r[0] for r in self.fetch(f"SELECT DISTINCT session FROM units WHERE project = ? AND {where} "
+                                         "AND session IS NOT NULL", [project, *params])}
+
+    # ---- saved explanations and bearer tokens -------------------------------------------------
+
+    def save_slates(self, rows: list[tuple[str, str, datetime, str]], keep: int) -> None:
+        """Store (slate id, project, time, JSON) rows; each project keeps its newest `keep`."""
+        with self.transaction() as cur:
+            cur.execute("INSERT INTO slates SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                        "unnest(?::TIMESTAMP[]), unnest(?::VARCHAR[])", [list(col) for col in zip(*rows)])
+            for project in sorted({r[1] for r in rows}):  # explanations are for recent answers
+                cur.execute("DELETE FROM slates WHERE project = ? AND slate_id NOT IN (SELECT slate_id "
+                            "FROM slates WHERE project = ? ORDER BY created_at DESC LIMIT ?)",
+                            [project, project, keep])
+
+    def load_slate(self, slate_id: str) -> tuple[str, str] | None:
+        row = self.fetch_one("SELECT project, payload FROM slates WHERE slate_id = ?", [slate_id])
+        return (row[0], row[1]) if row else None
+
+    def add_token(self, name: str, secret_sha256: str, projects: list[str], at: datetime) -> bool:
+        """Record a token; False when the name is taken."""
+        with self.transaction() as cur:
+            return bool(cur.execute("INSERT INTO tokens VALUES (?, ?, ?::VARCHAR[], ?) ON CONFLICT DO NOTHING "
+                                    "RETURNING name", [name, secret_sha256, projects, at]).fetchall())
+
+    def tokens(self) -> list[Principal]:
+        return [Principal(n, tuple(p), at) for n, p, at in
+                self.fetch("SELECT name, projects, created_at FROM tokens ORDER BY name")]
+
+    def revoke_token(self, name: str) -> bool:
+        with self.transaction() as cur:
+            return bool(cur.execute("DELETE FROM tokens WHERE name = ? RETURNING name", [name]).fetchall())
+
+    def token(self, secret_sha256: str) -> Principal | None:
+        row = self.fetch_one("SELECT name, projects, created_at FROM tokens WHERE secret_sha256 = ?",
+                             [secret_sha256])
+        return Principal(row[0], tuple(row[1]), row[2]) if row else None
