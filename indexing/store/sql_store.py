@@ -199,7 +199,8 @@ class SqlStore(ABC):
         if not ids:
             return {}
         where, params = self.id_filter("id", ids)
-        sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}"  # by id alone: a project filter turns the lookup into a scan
+        # by id alone: a project filter turns the lookup into a scan
+        sql = f"SELECT {UNIT_COLUMNS} FROM units WHERE {where}"
         rows = cur.execute(sql, params).fetchall() if cur is not None else self.fetch(sql, params)
         return {r[0]: row_to_unit(r) for r in rows if r[1] == project}
 
