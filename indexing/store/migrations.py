@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-MIGRATIONS: list[str] = [
-    # 1: units, per-project generations, saved slate explanations
-    """
+# Migration 1's units table, the first migration of both backends (pg_migrations). History: a
+# change is a new migration in each, never an edit here.
+UNITS = """
     CREATE SEQUENCE unit_ids START 1;
     CREATE SEQUENCE unit_seq START 1;
     CREATE TABLE units (
@@ -24,6 +24,11 @@ MIGRATIONS: list[str] = [
         written_at TIMESTAMP NOT NULL,
         UNIQUE (project, key)
     );
+"""
+
+MIGRATIONS: list[str] = [
+    # 1: units, per-project generations, saved slate explanations
+    UNITS + """
     CREATE TABLE projects (project VARCHAR PRIMARY KEY, generation BIGINT NOT NULL,
                            units BIGINT NOT NULL DEFAULT 0);
     CREATE TABLE slates (slate_id VARCHAR PRIMARY KEY, project VARCHAR NOT NULL,

@@ -18,7 +18,15 @@ def setup_logging(verbose: bool) -> None:
     logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
+def store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, metavar="URL",
+                   help="a PostgreSQL URL, the team store (default: $AGENTMEMREC_STORE, else the "
+                        "DuckDB file in $AGENTMEMREC_HOME)")
+
+
 def project_args(p: argparse.ArgumentParser, allow: bool = False) -> None:
+    """--project (and --allow for a server), with the store they live in."""
+    store_arg(p)
     p.add_argument("--project", help="project to work on (default: $AGENTMEMREC_PROJECT or 'default')")
     if allow:
         p.add_argument("--allow", default="", help="other projects this server may serve, comma-separated")

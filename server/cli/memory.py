@@ -18,6 +18,7 @@ from agentmemrec.server.cli.common import (
     project_args,
     redact_arg,
     source_settings,
+    store_arg,
     transcript_args,
 )
 from agentmemrec.server.console import emit
@@ -55,6 +56,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser("explain", help="explain a slate's selection")
     p.add_argument("slate_id", help="the slate id a recall printed (s_...)")
     p.add_argument("--ref", action="append", default=[], help="a ref or id expected in the slate (repeatable)")
+    store_arg(p)
 
     p = sub.add_parser("forget", help="remove units by ref or id")
     p.add_argument("refs", nargs="+", help="refs or ids to remove")
@@ -66,9 +68,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add.add_argument("name", help="who the token is for (letters, digits, . _ @ -)")
     add.add_argument("--projects", required=True,
                      help="comma-separated projects it may use; the first is its default")
-    tokens.add_parser("list", help="show every token's name and projects (never a secret)")
+    listing = tokens.add_parser("list", help="show every token's name and projects (never a secret)")
     revoke = tokens.add_parser("revoke", help="remove a token; requests with it get 401 at once")
     revoke.add_argument("name", help="the token's name")
+    for command in (add, listing, revoke):
+        store_arg(command)
     return {"import": cmd_import, "watch": cmd_watch, "recall": cmd_recall, "explain": cmd_explain,
             "forget": cmd_forget, "tokens": cmd_tokens}
 
@@ -114,7 +118,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.dir is not None:
         raise InputError(f"import takes one JSONL file; {args.dir} is extra "
                          "(use 'import claude-code DIR' for transcripts)")
-    settings = Settings.load(args.project, **source_settings(args))
+    settings = Settings.load(args.project, store=args.store, **source_settings(args))
     items = read_jsonl(args.file)
     memory = open_memory(settings)
     try:
@@ -127,7 +131,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_import_claude_code(args: argparse.Namespace) -> int:
     from agentmemrec.server.sources import import_claude_code, import_summary  # noqa: PLC0415
-    settings = Settings.load(args.project, **source_settings(args))
+    settings = Settings.load(args.project, store=args.store, **source_settings(args))
     memory = open_memory(settings)
     try:
         report = import_claude_code(memory, settings, args.dir, args.project)
@@ -140,7 +144,7 @@ def cmd_import_claude_code(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from agentmemrec.server.sources import run_watch  # noqa: PLC0415
-    settings = Settings.load(args.project, **source_settings(args))
+    settings = Settings.load(args.project, store=args.store, **source_settings(args))
     [folder] = watch_folders([args.folder])
     memory = open_memory(settings)
     try:
@@ -151,7 +155,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_recall(args: argparse.Namespace) -> int:
     from agentmemrec.server.app import slate_result  # noqa: PLC0415
-    settings = Settings.load(args.project)
+    settings = Settings.load(args.project, store=args.store)
     memory = open_memory(settings)
     try:
         slate = memory.recall(settings.project, args.query, args.budget, args.as_of)
@@ -174,7 +178,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    settings = Settings.load()
+    settings = Settings.load(store=args.store)
     memory = open_memory(settings)
     try:  # the local CLI speaks for the store's owner: every project is visible to it
         payload = memory.explain(args.slate_id, frozenset(memory.projects()) | {settings.project},
@@ -186,7 +190,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    settings = Settings.load(args.project)
+    settings = Settings.load(args.project, store=args.store)
     memory = open_memory(settings)
     try:
         removed = memory.forget(settings.project, args.refs)
@@ -198,7 +202,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_tokens(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.store.principals import hash_secret, new_secret  # noqa: PLC0415
-    memory = open_memory(Settings.load())
+    memory = open_memory(Settings.load(store=args.store))
     try:
         if args.tokens_command == "add":
             secret = new_secret()

@@ -50,7 +50,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def serve_settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(args.project, args.allow, pool_size=args.pool_size, device=args.device,
+    return Settings.load(args.project, args.allow, store=args.store, pool_size=args.pool_size, device=args.device,
                          rerank_limit=args.rerank_limit,
                          ranker_model=args.ranker_model, http=args.http,
                          max_request_bytes=args.max_request_bytes, watch=watch_folders(args.watch),

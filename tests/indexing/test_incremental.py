@@ -7,7 +7,6 @@ import random
 
 import bm25s
 import numpy as np
-from test_dense import BagOfWords
 
 from agentmemrec.indexing.dense.backfill import embed_pending
 from agentmemrec.indexing.dense.index import DenseIndex
@@ -17,6 +16,8 @@ from agentmemrec.indexing.segments import Segments, merge_count
 from agentmemrec.indexing.store import changes
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.units import validate_batch
+
+from helpers import BagOfWords
 
 WORDS = ("bazel cache deploy helm chart kafka broker retry queue lock schema index token session "
          "rollback canary webhook payload timeout").split()

@@ -8,20 +8,37 @@ import duckdb
 
 from agentmemrec.server.cli import main
 
+from helpers import BOTH
 
-def test_import_then_recall_then_explain(home, tmp_path, capsys):
+
+@BOTH
+def test_import_then_recall_then_explain(home, tmp_path, capsys, store_url):
+    store = ["--store", store_url] if store_url else []
     src = tmp_path / "items.jsonl"
     src.write_text("\n".join(json.dumps({"kind": "turn", "text": f"Service {i} uses gRPC on port {9000 + i}.",
                                          "ref": f"svc-{i}", "session": "s"}) for i in range(30)))
-    assert main(["import", str(src), "--project", "infra"]) == 0
+    assert main(["import", str(src), "--project", "infra", *store]) == 0
     assert "30 items read, 30 stored" in capsys.readouterr().out
-    assert main(["recall", "which port does service 7 use", "--project", "infra", "--budget", "300"]) == 0
+    assert main(["recall", "which port does service 7 use", "--project", "infra", "--budget", "300", *store]) == 0
     out = capsys.readouterr().out
     assert "[#" in out and "svc-7" in out
     slate_id = out.rsplit("agentmemrec explain ", 1)[1].split(")")[0]
-    assert main(["explain", slate_id, "--ref", "svc-7"]) == 0
+    assert main(["explain", slate_id, "--ref", "svc-7", *store]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["diagnosis"][0]["stage"] == "in_slate"
+    assert main(["forget", "svc-7", "--project", "infra", *store]) == 0
+    assert "removed 1 units" in capsys.readouterr().out
+    assert (home / "memory.duckdb").exists() == (store_url is None)  # PostgreSQL leaves the home's store alone
+
+
+def test_the_store_comes_from_the_environment_and_a_bad_url_is_refused(home, pg_url, monkeypatch, capsys):
+    monkeypatch.setenv("AGENTMEMREC_STORE", pg_url)
+    assert main(["tokens", "add", "ci-bot", "--projects", "infra"]) == 0
+    capsys.readouterr()
+    assert main(["tokens", "list", "--store", pg_url]) == 0 and capsys.readouterr().out.startswith("ci-bot\t")
+    assert not (home / "memory.duckdb").exists()
+    assert main(["recall", "anything", "--store", "mysql://db/memory"]) == 2
+    assert "must be a PostgreSQL URL such as postgresql://" in capsys.readouterr().err
 
 
 def test_a_bad_line_fails_the_import_and_writes_nothing(home, tmp_path, capsys):

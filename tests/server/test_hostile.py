@@ -12,16 +12,17 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import call, turn
+from helpers import BOTH, call, turn
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, BOTH]
 
 # One store for all the examples of a test: each call is checked against the state before it.
 FUZZ = settings(max_examples=int(os.environ.get("AGENTMEMREC_FUZZ_EXAMPLES", "120")), deadline=None,
@@ -114,17 +115,29 @@ CALLS = {
 SERVED: set[str] = set()  # slates that accepted recalls returned: their explanations are stored later
 
 
-def fingerprint(home: Path) -> str:
-    """Everything a call could change. The server (in this process) holds the file; DuckDB hands
-    a second connection in the same process the same database. An explanation is stored off the
-    request path, so the slates an earlier accepted recall returned may appear at any moment."""
-    con = duckdb.connect(str(home.resolve() / "memory.duckdb"))
-    state = [con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
-             for table in ("units", "projects", "tokens")]
-    state.append(con.execute("SELECT * FROM slates WHERE NOT list_contains(?, slate_id) ORDER BY ALL",
-                             [sorted(SERVED)]).fetchall())
-    con.close()
+def fingerprint(home: Path, store_url: str | None) -> str:
+    """Everything a call could change. On DuckDB the server (in this process) holds the file, and
+    DuckDB hands a second connection in the same process the same database. An explanation is
+    stored off the request path, so the slates an earlier accepted recall returned may appear at
+    any moment."""
+    tables = [("units", "id"), ("projects", "project"), ("tokens", "name")]
+    if store_url is None:
+        con = duckdb.connect(str(home.resolve() / "memory.duckdb"))
+        state = [con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() for table, _ in tables]
+        state.append(con.execute("SELECT * FROM slates WHERE NOT list_contains(?, slate_id) ORDER BY ALL",
+                                 [sorted(SERVED)]).fetchall())
+        con.close()
+    else:
+        with psycopg.connect(store_url) as con:
+            state = [con.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall() for table, key in tables]
+            state.append(con.execute("SELECT * FROM slates WHERE NOT slate_id = ANY(%s) ORDER BY slate_id",
+                                     [sorted(SERVED)]).fetchall())
     return hashlib.sha256(repr(state).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@pytest.fixture
+def state(home: Path, store_url: str | None) -> Callable[[], str]:
+    return lambda: fingerprint(home, store_url)
 
 
 def must_fail(tool: str, args: dict[str, Any]) -> bool:
@@ -167,14 +180,14 @@ def assert_framing(context: str) -> None:
         assert line == "" or line.startswith(("[#", "  ")) or SECTION.fullmatch(line), repr(line)
 
 
-async def check_call(client: Any, home: Path, tool: str, args: dict[str, Any]) -> None:
-    before = fingerprint(home)
+async def check_call(client: Any, state: Callable[[], str], tool: str, args: dict[str, Any]) -> None:
+    before = state()
     result = await client.call_tool(tool, args)  # an MCPError (store unavailable) fails the test
     if result.is_error:
         message = result.content[0].text
         assert message.strip() not in (f"Error executing tool {tool}", f"Error executing tool {tool}:"), args
         assert len(message) > len(f"Error executing tool {tool}: ") + 10, message
-        assert fingerprint(home) == before, f"a refused {tool} changed the store: {args!r}"
+        assert state() == before, f"a refused {tool} changed the store: {args!r}"
         return
     assert not must_fail(tool, args), f"{tool} accepted an invalid call: {args!r}"
     if tool == "remember":  # what was stored must come back as data, whatever it says
@@ -202,30 +215,30 @@ async def seeded(client) -> tuple[Any, str]:
 # a BaseException, which would take down the event loop the fixtures live in.
 @FUZZ
 @given(args=CALLS["remember"])
-async def test_remember_survives_hostile_input_and_a_refused_batch_writes_nothing(seeded, home, args):
-    await check_call(seeded[0], home, "remember", args)
+async def test_remember_survives_hostile_input_and_a_refused_batch_writes_nothing(seeded, state, args):
+    await check_call(seeded[0], state, "remember", args)
 
 
 @FUZZ
 @given(args=CALLS["recall_slate"])
-async def test_recall_slate_survives_hostile_input(seeded, home, args):
-    await check_call(seeded[0], home, "recall_slate", args)
+async def test_recall_slate_survives_hostile_input(seeded, state, args):
+    await check_call(seeded[0], state, "recall_slate", args)
 
 
 @FUZZ
 @given(args=CALLS["explain_selection"])
-async def test_explain_selection_survives_hostile_input(seeded, home, args):
-    await check_call(seeded[0], home, "explain_selection", args)
+async def test_explain_selection_survives_hostile_input(seeded, state, args):
+    await check_call(seeded[0], state, "explain_selection", args)
 
 
 @FUZZ
 @given(args=CALLS["forget"])
-async def test_forget_survives_hostile_input_and_a_refused_forget_removes_nothing(seeded, home, args):
-    await check_call(seeded[0], home, "forget", args)
+async def test_forget_survives_hostile_input_and_a_refused_forget_removes_nothing(seeded, state, args):
+    await check_call(seeded[0], state, "forget", args)
 
 
 @FUZZ
 @given(refs=mostly(st.lists(maybe(anything, *REFS), max_size=4), anything))
-async def test_a_real_slate_explained_with_hostile_refs_gives_a_clear_answer(seeded, home, refs):
+async def test_a_real_slate_explained_with_hostile_refs_gives_a_clear_answer(seeded, state, refs):
     client, slate_id = seeded
-    await check_call(client, home, "explain_selection", {"slate_id": slate_id, "refs": refs})
+    await check_call(client, state, "explain_selection", {"slate_id": slate_id, "refs": refs})

@@ -1,4 +1,5 @@
-"""`serve --http`: a real server process on 127.0.0.1, bearer tokens, project access, size limits."""
+"""`serve --http`: a real server process on 127.0.0.1, bearer tokens, project access, size limits,
+on both backends."""
 
 from __future__ import annotations
 
@@ -17,13 +18,20 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmemrec.server.cli import build_parser, main
 
-from helpers import call, call_error, turn
+from helpers import BOTH, call, call_error, turn
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, BOTH]
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+@pytest.fixture(autouse=True)
+def store_env(store_url: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server processes and the CLI calls use the test's store."""
+    if store_url:
+        monkeypatch.setenv("AGENTMEMREC_STORE", store_url)
 
 
 def free_port() -> int:
@@ -111,7 +119,7 @@ async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(ho
             slate = await call(client, "recall_slate", query="alice deploys fridays mondays")
             assert slate["project"] == "gamma" and slate["items"] == []  # nothing reached gamma
             assert "not open" in await call_error(client, "recall_slate", query="deploys", project="alpha")
-            with anyio.fail_after(30):  # the CLI forwards to the server, which owns the store
+            with anyio.fail_after(30):  # the CLI forwards to the server that owns a DuckDB store
                 assert await anyio.to_thread.run_sync(main, ["tokens", "revoke", "alice"]) == 0
         async with httpx2.AsyncClient() as http:
             reply = await http.post(server.url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {alice}"})

@@ -1,12 +1,13 @@
-"""The MCP tools, driven through the SDK's in-memory client against a real DuckDB file."""
+"""The MCP tools, driven through the SDK's in-memory client, on both backends: a real DuckDB
+file and a real PostgreSQL database."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import call, call_error, turn
+from helpers import BOTH, call, call_error, turn
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, BOTH]
 
 
 async def test_refs_round_trip_and_rewriting_is_idempotent(client):

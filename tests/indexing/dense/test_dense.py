@@ -3,8 +3,6 @@ tests in test_models.py): background embedding, lexical fallback, model change, 
 
 from __future__ import annotations
 
-import hashlib
-import re
 
 import numpy as np
 
@@ -15,20 +13,7 @@ from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.ranking.candidates import fuse, rrf_score
 from agentmemrec.ranking.memory import Memory
 
-
-class BagOfWords:
-    """Hashed bag of lower-cased words: synonyms are invisible, shared words are close."""
-
-    def __init__(self, dim: int = 64, identity: str = "bow@1") -> None:
-        self.dim, self.identity, self.device, self.calls = dim, identity, "cpu", 0
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+from helpers import BagOfWords
 
 
 def memory_with(tmp_path, embedder, background: bool) -> Memory:

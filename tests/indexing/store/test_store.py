@@ -1,4 +1,5 @@
-"""Stage 1: the DuckDB store and the write path, on real files."""
+"""Stage 1: the store and the write path, on both backends (a real DuckDB file, a real
+PostgreSQL database); what only DuckDB has (its file, one process's cache) on DuckDB."""
 
 from __future__ import annotations
 
@@ -6,13 +7,23 @@ import duckdb
 import pytest
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store.backends import open_store
 from agentmemrec.indexing.store.duckdb_store import MIGRATIONS, DuckDBStore
+from agentmemrec.indexing.store.protocol import Store
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.memory import Memory
 
+from helpers import BOTH
 
-def write(store: DuckDBStore, project: str, *raw: dict) -> list:
+
+def write(store: Store, project: str, *raw: dict) -> list:
     return store.write(project, validate_batch(list(raw)))
+
+
+@pytest.fixture
+def reopen(tmp_path, store_url):
+    """Opens the test's store, the same one each time: a DuckDB file, or a PostgreSQL schema."""
+    return lambda: open_store(tmp_path, store_url)
 
 
 def test_migrations_are_numbered_and_applied_once(tmp_path):
@@ -24,18 +35,20 @@ def test_migrations_are_numbered_and_applied_once(tmp_path):
     store.close()
 
 
-def test_units_survive_a_restart_with_their_ids_and_token_counts(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_units_survive_a_restart_with_their_ids_and_token_counts(reopen):
+    store = reopen()
     [res] = write(store, "p", {"kind": "turn", "text": "hello world", "ref": "r"})
     store.close()
-    store = DuckDBStore(tmp_path / "m.duckdb")
+    store = reopen()
     unit = store.units("p", res.ids)[res.ids[0]]
     assert (unit.ref, unit.text, unit.tokens) == ("r", "hello world", 2)
     store.close()
 
 
-def test_a_failing_item_rolls_back_the_whole_batch(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_a_failing_item_rolls_back_the_whole_batch(reopen):
+    store = reopen()
     with pytest.raises(InputError, match="names no unit"):
         write(store, "p", {"kind": "turn", "text": "first"},
               {"kind": "decision", "text": "second", "supersedes": "missing"})
@@ -43,8 +56,9 @@ def test_a_failing_item_rolls_back_the_whole_batch(tmp_path):
     store.close()
 
 
-def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(reopen):
+    store = reopen()
     a, b = write(store, "p", {"kind": "decision", "ref": "a", "text": "old"},
                  {"kind": "decision", "ref": "b", "text": "new", "supersedes": "a"})
     units = store.units("p", [a.ids[0], b.ids[0]])
@@ -52,8 +66,9 @@ def test_supersedes_may_name_a_decision_earlier_in_the_same_batch(tmp_path):
     store.close()
 
 
-def test_a_supersedes_cycle_is_refused(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_a_supersedes_cycle_is_refused(reopen):
+    store = reopen()
     write(store, "p", {"kind": "decision", "ref": "a", "text": "A"},
           {"kind": "decision", "ref": "b", "text": "B", "supersedes": "a"})
     with pytest.raises(InputError, match="cycle"):
@@ -61,8 +76,9 @@ def test_a_supersedes_cycle_is_refused(tmp_path):
     store.close()
 
 
-def test_supersedes_must_name_a_decision_of_the_same_project(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_supersedes_must_name_a_decision_of_the_same_project(reopen):
+    store = reopen()
     write(store, "other", {"kind": "decision", "ref": "x", "text": "elsewhere"})
     write(store, "p", {"kind": "turn", "ref": "t", "text": "a turn"})
     with pytest.raises(InputError, match="names no unit"):
@@ -72,8 +88,9 @@ def test_supersedes_must_name_a_decision_of_the_same_project(tmp_path):
     store.close()
 
 
-def test_a_note_rewritten_shorter_loses_its_extra_chunks(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_a_note_rewritten_shorter_loses_its_extra_chunks(reopen):
+    store = reopen()
     long = "\n\n".join(f"# H{i}\n\n" + "word " * 50 for i in range(5))
     [first] = write(store, "p", {"kind": "note", "path": "a.md", "text": long})
     [second] = write(store, "p", {"kind": "note", "path": "a.md", "text": "# H0\n\nshort now"})
@@ -82,8 +99,9 @@ def test_a_note_rewritten_shorter_loses_its_extra_chunks(tmp_path):
     store.close()
 
 
-def test_changing_a_refs_kind_is_refused(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_changing_a_refs_kind_is_refused(reopen):
+    store = reopen()
     write(store, "p", {"kind": "turn", "ref": "r", "text": "t"})
     with pytest.raises(InputError, match="already names a turn"):
         write(store, "p", {"kind": "decision", "ref": "r", "text": "d"})
@@ -98,19 +116,21 @@ def test_the_store_is_a_real_duckdb_file(tmp_path, memory):
     con.close()
 
 
-def test_a_note_of_headings_only_is_stored_as_written(tmp_path):
+@BOTH
+def test_a_note_of_headings_only_is_stored_as_written(reopen):
     # Found by tests/test_hostile.py: such a note made no chunk, and the write failed obscurely.
-    store = DuckDBStore(tmp_path / "m.duckdb")
+    store = reopen()
     [result] = write(store, "p", {"kind": "note", "path": "a.md", "text": "## decisions\n\n# Title"})
     unit = store.units("p", result.ids)[result.ids[0]]
     assert result.outcome == "stored" and unit.text == "## decisions\n\n# Title"
     store.close()
 
 
+@BOTH
 @pytest.mark.parametrize("name", ["\u00b9", "#\u0663", "9" * 30, "#" + "1" * 5000])
-def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(tmp_path, name):
+def test_refs_that_look_numeric_but_are_no_unit_id_name_nothing(reopen, name):
     # Found by tests/test_hostile.py: '\u00b9'.isdigit() is true but int() refuses it.
-    store = DuckDBStore(tmp_path / "m.duckdb")
+    store = reopen()
     write(store, "p", {"kind": "turn", "text": "one"})
     assert store.ids_for("p", name) == []
     with pytest.raises(InputError, match="nothing to forget"):
@@ -127,31 +147,34 @@ def test_a_write_through_one_store_moves_the_generation_another_store_on_the_fil
     second.close()
 
 
-def test_every_write_path_logs_the_units_it_changed(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_every_write_path_logs_the_units_it_changed(reopen):
+    store = reopen()
     [a, b] = write(store, "p", {"kind": "turn", "ref": "a", "text": "one"}, {"kind": "turn", "text": "two"})
     write(store, "p", {"kind": "turn", "ref": "a", "text": "one, edited"}, {"kind": "turn", "text": "two"})
     store.rename_ref("p", "a", "a2", None)
     store.forget("p", [f"#{b.ids[0]}"])
-    log = store.cursor().execute("SELECT generation, unit_id FROM unit_changes WHERE project = 'p' "
-                                 "ORDER BY generation, unit_id").fetchall()
+    log = store.fetch("SELECT generation, unit_id FROM unit_changes WHERE project = 'p' "
+                      "ORDER BY generation, unit_id")
     assert log == [(1, a.ids[0]), (1, b.ids[0]), (2, a.ids[0]), (3, a.ids[0]), (4, b.ids[0])]
     store.close()
 
 
-def test_an_explanation_is_readable_at_once_and_after_a_restart(home):
-    memory = Memory.open(home)
+@BOTH
+def test_an_explanation_is_readable_at_once_and_after_a_restart(home, store_url):
+    memory = Memory.open(home, store_url=store_url)
     memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
     slate = memory.recall("p", "kafka partitions")
     assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
     memory.close()
-    memory = Memory.open(home)
+    memory = Memory.open(home, store_url=store_url)
     assert memory.explain(slate.slate_id, {"p"})["candidates"][0]["outcome"] == "in_slate"
     memory.close()
 
 
-def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(reopen):
+    store = reopen()
     [old] = write(store, "p", {"kind": "turn", "text": "old"})
     out = write(store, "p", {"kind": "turn", "text": "new"}, {"kind": "turn", "text": "old"},
                 {"kind": "turn", "ref": "r", "text": "with a ref"})
@@ -160,8 +183,9 @@ def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(tmp_path):
     store.close()
 
 
-def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(tmp_path):
-    store = DuckDBStore(tmp_path / "m.duckdb")
+@BOTH
+def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(reopen):
+    store = reopen()
     [old, kept] = write(store, "p", {"kind": "decision", "ref": "d1", "text": "Use Postgres."},
                         {"kind": "turn", "ref": "t", "text": "first words"})
     assert store.units("p", [old.ids[0], kept.ids[0]])[kept.ids[0]].text == "first words"  # now cached
@@ -175,9 +199,10 @@ def test_units_read_after_a_write_are_the_written_ones_not_a_cached_copy(tmp_pat
     store.close()
 
 
-def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
+@BOTH
+def test_session_order_follows_a_turn_added_after_it_was_read(reopen):
     from agentmemrec.indexing.store.sessions import SessionIndex
-    store = DuckDBStore(tmp_path / "m.duckdb")
+    store = reopen()
     turns = write(store, "p", *({"kind": "turn", "session": "s1", "text": f"turn {i}",
                                  "at": f"2024-01-01T10:0{i}:00"} for i in range(3)))
     index = SessionIndex(store)
@@ -192,16 +217,17 @@ def test_session_order_follows_a_turn_added_after_it_was_read(tmp_path):
     store.close()
 
 
-def test_only_the_newest_explanations_are_kept_per_project(home, monkeypatch):
+@BOTH
+def test_only_the_newest_explanations_are_kept_per_project(home, monkeypatch, store_url):
     from agentmemrec.indexing.store import slates
     monkeypatch.setattr(slates, "KEEP_SLATES", 2)
-    memory = Memory.open(home)
+    memory = Memory.open(home, store_url=store_url)
     memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
     memory.remember("q", [{"kind": "turn", "text": "kafka in another project"}])
     first, *newest = [memory.recall("p", f"kafka question {i}").slate_id for i in range(3)]
     other = memory.recall("q", "kafka").slate_id
     memory.close()  # stores what is queued
-    memory = Memory.open(home)
+    memory = Memory.open(home, store_url=store_url)
     with pytest.raises(InputError, match="unknown slate id"):
         memory.explain(first, {"p"})
     kept = [memory.explain(s, {"p"})["candidates"][0] for s in newest]

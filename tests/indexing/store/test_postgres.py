@@ -1,0 +1,184 @@
+"""The PostgreSQL store against the DuckDB store: the same writes give the same rows, BM25 and
+dense scores, rankings and slates; several stores on one database (what replicas hold) see each
+other's writes, serialise their writes per project and embed one at a time."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import datetime
+
+import anyio
+import numpy as np
+import pytest
+
+from agentmemrec.indexing.dense.backfill import embed_pending
+from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
+from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
+from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
+from agentmemrec.indexing.store.postgres_store import PostgresStore
+from agentmemrec.indexing.units import validate_batch
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.memory import Memory
+from agentmemrec.ranking.slate import build_slate
+
+from helpers import BagOfWords
+
+AS_OF = datetime(2027, 1, 1)
+WORDS = ("kafka broker partition helm chart deploy canary rollback schema migration index token "
+         "session cache redis queue retry timeout webhook payload").split()
+
+
+def history(rng: random.Random, n: int) -> list[list[dict]]:
+    """Batches of turns in sessions, decisions (some superseding others) and notes, all with refs."""
+    batches, decisions = [], []
+    for b in range(n):
+        batch = []
+        for i in range(rng.randint(1, 6)):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 14)))
+            kind = rng.choice(["turn", "turn", "turn", "decision", "note"])
+            item = {"kind": kind, "ref": f"r{b}-{i}", "text": text, "at": f"2026-0{1 + b % 9}-1{i}T10:00:00Z"}
+            if kind == "turn":
+                item |= {"session": f"s{rng.randint(0, 4)}", "role": rng.choice(["user", "assistant"])}
+            elif kind == "decision":
+                if decisions and rng.random() < 0.4:
+                    item["supersedes"] = decisions.pop(rng.randrange(len(decisions)))
+                decisions.append(item["ref"])
+            else:
+                item["path"] = f"docs/{rng.choice(WORDS)}-{b}.md"
+            batch.append(item)
+        batches.append(batch)
+    return batches
+
+
+def memory_on(store, embedder) -> Memory:
+    dense = DenseIndex(store, embedder)
+    root = store.index_dir / "bm25" if store.index_dir else None
+    return Memory(store, [Bm25Channel(LexicalIndex(store, root)), DenseChannel(dense)],
+                  LearnedRanker(RankerModel.load()), dense=dense)
+
+
+def test_the_same_writes_give_the_same_scores_rankings_and_slates_on_both_backends(tmp_path, pg_url):
+    rng, embedder = random.Random(3), BagOfWords()
+    memories = [memory_on(DuckDBStore(tmp_path / "m.duckdb"), embedder), memory_on(PostgresStore(pg_url), embedder)]
+    for batch in history(rng, 25):
+        for memory in memories:
+            memory.remember("p", batch)
+    for memory in memories:
+        memory.forget("p", ["r3-0"])
+        memory.store.rename_ref("p", "r4-0", "renamed", "docs/renamed.md")
+        assert embed_pending(memory.dense.vectors, embedder) > 0
+    for query in ["kafka broker partition", "helm chart rollback", "schema migration index", "lunch"]:
+        selections = [m.select("p", query, AS_OF) for m in memories]  # ages count from as_of
+        ranked = [[(sc.unit.ref, sc.rank, round(sc.score, 6), sc.candidate.channels, sc.features)
+                   for sc in s.ranked] for s in selections]
+        assert ranked[0]
+        np.testing.assert_equal(ranked[0], ranked[1])  # features hold NaN for what is missing
+        # the same slate id: its tokens count against the budget
+        slates = [build_slate("s_000000000000", "p", s.ranked, 400, s.inputs) for s in selections]
+        assert slates[0].context == slates[1].context and slates[0].items
+    for memory in memories:
+        memory.close()
+
+
+def test_a_second_store_on_the_database_follows_writes_and_new_vectors(pg_url):
+    embedder = BagOfWords()
+    writer, reader = memory_on(PostgresStore(pg_url), embedder), memory_on(PostgresStore(pg_url), embedder)
+    reader.recall("p", "kafka")  # the reader's indexes are built (empty) before the writes
+    writer.remember("p", [{"kind": "turn", "ref": "k", "text": "kafka partitions payment events"}])
+    embed_pending(writer.dense.vectors, embedder)
+
+    async def caught_up() -> None:
+        with anyio.fail_after(5):
+            while not {i.unit.ref for i in reader.recall("p", "kafka partitions").items} == {"k"} \
+                    or reader.dense.snapshot("p").ids.size != 1:
+                await anyio.sleep(0.01)
+    anyio.run(caught_up)
+    writer.forget("p", ["k"])
+    anyio.run(_until, lambda: not reader.recall("p", "kafka partitions").items)
+    writer.close()
+    reader.close()
+
+
+async def _until(condition) -> None:
+    with anyio.fail_after(5):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+def test_concurrent_writers_to_one_project_are_serialised_and_store_each_content_once(pg_url):
+    stores = [PostgresStore(pg_url) for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def write(store: PostgresStore, seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(20):
+                texts = rng.sample(WORDS, 4)  # the writers share content and refs
+                store.write("p", validate_batch([{"kind": "turn", "text": t} for t in texts] +
+                                                [{"kind": "turn", "ref": f"ref-{rng.randint(0, 5)}", "text": texts[0]}]))
+        except BaseException as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=write, args=(s, i)) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    rows = stores[0].fetch("SELECT key, count(*) FROM units WHERE project = 'p' GROUP BY key")
+    assert rows and all(n == 1 for _, n in rows)
+    assert stores[0].fetch_one("SELECT units FROM projects WHERE project = 'p'")[0] == len(rows)
+    generations = [g for (g,) in stores[0].fetch("SELECT DISTINCT generation FROM unit_changes ORDER BY 1")]
+    assert generations == list(range(1, stores[0].generation("p") + 1))  # one per committed write
+    for store in stores:
+        store.close()
+
+
+def test_one_store_embeds_at_a_time_and_the_claim_passes_on(pg_url):
+    first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    with first.vectors("bow@1").claim() as mine, second.vectors("bow@1").claim() as theirs:
+        assert mine and not theirs
+        with second.vectors("other@1").claim() as other_model:
+            assert other_model
+    with second.vectors("bow@1").claim() as theirs:
+        assert theirs
+    first.close()
+    second.close()
+
+
+def test_migrations_are_numbered_and_applied_once_however_many_open_at_once(pg_url):
+    stores = []
+    threads = [threading.Thread(target=lambda: stores.append(PostgresStore(pg_url))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(stores) == 4
+    versions = [v for (v,) in stores[0].fetch("SELECT version FROM schema_migrations ORDER BY 1")]
+    assert versions == list(range(1, len(MIGRATIONS) + 1))
+    for store in stores:
+        store.close()
+
+
+def test_vectors_come_back_as_the_float16_values_duckdb_keeps(tmp_path, pg_url):
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(300, 48)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    loaded = []
+    for store in (DuckDBStore(tmp_path / "m.duckdb"), PostgresStore(pg_url)):
+        store.write("p", validate_batch([{"kind": "turn", "text": f"unit {i}"} for i in range(300)]))
+        rows = store.vectors("m@1")
+        [units] = list(rows.pending_windows("p"))
+        rows.put(units, vectors, [u.content_hash for u in units])
+        _, parts = rows.load("p")
+        loaded.append(np.concatenate([p.matrix for p in parts]))
+        store.close()
+    np.testing.assert_array_equal(loaded[0], loaded[1])
+    np.testing.assert_array_equal(loaded[1], vectors.astype(np.float16).astype(np.float32))
+
+
+def test_an_unreachable_database_is_a_clear_store_error():
+    with pytest.raises(StoreError, match="cannot open the PostgreSQL store at 127.0.0.1:1/memory"):
+        PostgresStore("postgresql://someone:secret@127.0.0.1:1/memory")
