@@ -131,6 +131,14 @@ class Memory:
         self.slates.close()
         self.store.close()
 
+    def runs_on(self) -> tuple[str | None, int | None]:
+        """Where this memory's models run (`cpu:fp32`; None without a model) and how many
+        candidates its cross-encoder scores (None without one)."""
+        reranker = getattr(self.ranker, "reranker", None)
+        model = self.dense.embedder if self.dense is not None else reranker
+        device = f"{model.device}:{model.precision}" if model is not None else None
+        return device, reranker.limit if reranker is not None else None
+
     def notes(self, project: str) -> list[str]:
         """What a reader of an explanation should know about how complete the channels were."""
         out = list(self.problems)
@@ -143,14 +151,16 @@ class Memory:
 
     # ---- stage 1 ----------------------------------------------------------------------------
 
-    def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
-        return list(self.ingest(project, raw_items).results)
+    def remember(self, project: str, raw_items: list[dict[str, Any]],
+                 redact: bool | None = None) -> list[WriteResult]:
+        return list(self.ingest(project, raw_items, redact).results)
 
-    def ingest(self, project: str, raw_items: list[dict[str, Any]]) -> Ingested:
-        """Redact (unless turned off), validate and store a batch; every write path comes here."""
+    def ingest(self, project: str, raw_items: list[dict[str, Any]], redact: bool | None = None) -> Ingested:
+        """Redact (as the caller says; None: as this memory was opened), validate and store a
+        batch; every write path comes here."""
         check_project(project)
         counts: Counter[str] = Counter()
-        if self.redact and isinstance(raw_items, list):
+        if (self.redact if redact is None else redact) and isinstance(raw_items, list):
             redacted = [redact_item(raw) for raw in raw_items]
             raw_items = [raw for raw, _ in redacted]
             for _, found in redacted:
@@ -169,23 +179,26 @@ class Memory:
     # ---- stages 2-4 -------------------------------------------------------------------------
 
     def recall(self, project: str, query: str, budget: int = 2700,
-               as_of: datetime | str | None = None) -> Slate:
-        """The four stages for one query; the explanation is saved under the slate's id."""
+               as_of: datetime | str | None = None, pool_size: int | None = None) -> Slate:
+        """The four stages for one query; the explanation is saved under the slate's id.
+        `pool_size` is the caller's (None: this memory's configuration)."""
         check_project(project)
         query, budget = _check_query(query), _check_budget(budget)
-        selection = self.select(project, query, parse_time(as_of, "as_of"))
+        pool_size = self.config.pool_size if pool_size is None else _check_pool(pool_size)
+        selection = self.select(project, query, parse_time(as_of, "as_of"), pool_size)
         slate = self.build(selection, budget)
         notes = self.notes(project)
         if not slate.items and self.store.count_units(project) == 0:
             notes.append(f"project {project!r} holds no units yet")
         slate = replace(slate, notes=tuple(notes))
-        self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection))
+        self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection, pool_size))
         return slate
 
-    def select(self, project: str, query: str, as_of: datetime | None) -> "Selection":
+    def select(self, project: str, query: str, as_of: datetime | None,
+               pool_size: int | None = None) -> "Selection":
         """Stages 2 and 3: the candidate pool and its ranking (independent of the budget)."""
         excluded = self.store.ineligible_ids(project, as_of)
-        size = self.config.pool_size or max(self.store.count_units(project), 1)  # 0: the whole history
+        size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
         pool = generate_pool(self.channels, project, query, size, excluded,
                              self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
         sessions = self.sessions.around(project, (c.unit.session for c in pool.candidates))
@@ -228,7 +241,7 @@ class Memory:
             tips = nxt
         return {uid: chain for uid, chain in chains.items() if chain}
 
-    def _explanation(self, slate: Slate, selection: "Selection") -> dict[str, Any]:
+    def _explanation(self, slate: Slate, selection: "Selection", pool_size: int) -> dict[str, Any]:
         query, as_of, pool, ranked = selection.query, selection.as_of, selection.pool, selection.ranked
         in_slate = [it.rank for it in slate.items if it.rank is not None]
         cutoff = max(in_slate) if in_slate else 0
@@ -250,7 +263,7 @@ class Memory:
         return {
             "slate_id": slate.slate_id, "query": query, "budget": slate.budget,
             "as_of": as_of.isoformat() if as_of else None, "ranker": self.ranker.name,
-            "channels": list(pool.channels), "pool_size": self.config.pool_size,
+            "channels": list(pool.channels), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),
                        "headers": slate.tokens_used - slate.fixed_tokens
@@ -399,6 +412,12 @@ def _check_query(query: Any) -> str:
     if len(query) > MAX_QUERY_CHARS:
         raise InputError(f"query is over {MAX_QUERY_CHARS} characters; shorten it to the question")
     return query.strip()
+
+
+def _check_pool(size: Any) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise InputError(f"pool_size must be a whole number of candidates (0: the whole history); got {size!r}")
+    return size
 
 
 def _check_budget(budget: Any) -> int:

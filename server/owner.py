@@ -23,6 +23,7 @@ import struct
 import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -45,6 +46,39 @@ OPEN_WAIT_S = 10.0  # a killed owner's DuckDB lock can outlive its flock by a mo
 ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
 REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources",
                         "tokens.list", "tokens.principal"})
+
+
+@dataclass(frozen=True)
+class ModelChoices:
+    """What a process chose for the settings that the store's owner applies to every call and
+    cannot change per call (its models are loaded once); None: not chosen, whatever the owner runs.
+    Redaction and the pool size are decided by the caller for each call instead."""
+
+    device: str | None = None  # a device spec (`cpu`, `cuda:fp16`); `auto` is no choice
+    ranker_model: str | None = None  # a ranker model file, resolved; None: the shipped one
+    rerank_limit: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> "ModelChoices":
+        return cls(None if settings.device == "auto" else settings.device,
+                   str(settings.ranker_model.resolve()) if settings.ranker_model else None,
+                   settings.rerank_limit)
+
+    def conflicts(self, owner: "ModelChoices", device: str | None, limit: int | None) -> list[str]:
+        """The choices of this caller that an owner with `owner`'s choices, its models on
+        `device` (`cpu:fp32`) and a cross-encoder scoring `limit` candidates cannot honour."""
+        out = []
+        if self.device is not None and device is not None:
+            asked, _, precision = self.device.partition(":")
+            running, _, running_precision = device.partition(":")
+            if asked not in ("auto", running) or precision not in ("", "auto", running_precision):
+                out.append(f"--device {self.device} (the owner's models run on {device})")
+        if self.ranker_model is not None and self.ranker_model != owner.ranker_model:
+            out.append(f"--ranker-model {self.ranker_model} (the owner ranks with "
+                       f"{owner.ranker_model or 'the shipped model'})")
+        if self.rerank_limit is not None and limit is not None and self.rerank_limit != limit:
+            out.append(f"--rerank-limit {self.rerank_limit} (the owner's cross-encoder scores {limit})")
+        return out
 
 
 def _operations(memory: Memory) -> dict[str, Callable[..., Any]]:
@@ -120,24 +154,36 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 class _Owner:
     """The owning process's side: the lock, the open store and the socket serving it."""
 
-    def __init__(self, lock_fd: int, memory: Memory, path: Path) -> None:
-        self.lock_fd, self.memory, self.path = lock_fd, memory, path
+    def __init__(self, lock_fd: int, memory: Memory, path: Path, choices: ModelChoices) -> None:
+        self.lock_fd, self.memory, self.path, self.choices = lock_fd, memory, path, choices
         self.ops = _operations(memory)
         self.server = _Server(path, self)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), name="agentmemrec-owner",
                          daemon=True).start()
 
-    def run(self, op: str, args: Sequence[Any]) -> Any:
+    def run(self, op: str, args: Sequence[Any], caller: ModelChoices | None = None) -> Any:
+        if op == "recall" and caller is not None:
+            self._check(caller)
         try:
             return self.ops[op](*args)
         except DatabaseError as exc:
             raise StoreError(f"the memory store failed: {exc}") from exc
 
+    def _check(self, caller: ModelChoices) -> None:
+        """Refuse, never silently replace, a setting of the caller's that these models cannot honour."""
+        conflicts = caller.conflicts(self.choices, *self.memory.runs_on())
+        if conflicts:
+            raise StoreError(f"the memory store in {self.path.parent} is served by process {os.getpid()}, "
+                             f"which cannot honour this process's {'; '.join(conflicts)}. One process "
+                             "runs the models of a store: start this one with the owner's settings, or "
+                             f"stop process {os.getpid()} so that this one owns the store")
+
     def answer(self, line: bytes) -> bytes:
         try:
             request = wire.loads(line)
             op = request["op"]
-            return wire.dumps({"ok": wire.encode(op, self.run(op, request["args"]))})
+            caller = ModelChoices(**request["caller"]) if "caller" in request else None
+            return wire.dumps({"ok": wire.encode(op, self.run(op, request["args"], caller))})
         except Exception as exc:  # every failure goes back to the caller, typed
             if not isinstance(exc, (InputError, StoreError)):
                 log.exception("a forwarded call failed")
@@ -191,7 +237,8 @@ class _StoreCalls:
 
 
 def shared_memory(settings: Settings) -> SharedMemory:
-    """The store as these settings use it: models on their device, their ranker, their redaction."""
+    """The store as these settings use it: models on their device, their ranker, their redaction
+    (a process that forwards to another owner asks it for the same, or is refused)."""
     config = RecallConfig(pool_size=settings.pool_size)
 
     def opener() -> Memory:
@@ -201,7 +248,7 @@ def shared_memory(settings: Settings) -> SharedMemory:
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,
-                        shared_store=settings.store is not None)
+                        shared_store=settings.store is not None, choices=ModelChoices.of(settings))
 
 
 class _Unanswered(Exception):
@@ -216,7 +263,8 @@ class SharedMemory:
 
     def __init__(self, home: Path, config: RecallConfig = RecallConfig(),
                  wait_s: float = OWNER_WAIT_S, opener: Callable[[], Memory] | None = None,
-                 redact: bool = True, shared_store: bool = False) -> None:
+                 redact: bool = True, shared_store: bool = False,
+                 choices: ModelChoices = ModelChoices()) -> None:
         """`shared_store`: the opener opens a store that every process opens itself (PostgreSQL),
         so this process never owns or forwards; the owner lock and socket are DuckDB's."""
         self.home = Path(home).resolve()
@@ -224,7 +272,8 @@ class SharedMemory:
         self.config = config
         self.wait_s = wait_s
         self.opener = opener or partial(Memory.open, self.home, config)  # used when this process owns
-        self.redact = redact
+        self.redact = redact  # every write says whether to redact: an owner may not
+        self.choices = choices
         self.store = _StoreCalls(self)  # what the note watcher reads and renames through
         self._owner: _Owner | None = None
         self._lock = threading.Lock()
@@ -253,11 +302,11 @@ class SharedMemory:
     # ---- the core's interface -----------------------------------------------------------------
 
     def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
-        return self.call("remember", project, raw_items)
+        return self.call("remember", project, raw_items, self.redact)
 
     def recall(self, project: str, query: str, budget: int = 2700,
                as_of: datetime | str | None = None) -> Slate:
-        return self.call("recall", project, query, budget, as_of)
+        return self.call("recall", project, query, budget, as_of, self.config.pool_size)
 
     def explain(self, slate_id: str, allowed: set[str] | frozenset[str],
                 refs: Sequence[str] = ()) -> dict[str, Any]:
@@ -267,7 +316,7 @@ class SharedMemory:
         return self.call("forget", project, refs)
 
     def ingest(self, project: str, raw_items: list[dict[str, Any]]) -> Ingested:
-        return self.call("ingest", project, raw_items)
+        return self.call("ingest", project, raw_items, self.redact)
 
     def projects(self) -> dict[str, int]:
         return self.call("projects")
@@ -282,7 +331,7 @@ class SharedMemory:
         while True:
             owner = self._owner
             if owner is not None:
-                return owner.run(op, args)
+                return owner.run(op, args)  # its own choices: opened with them
             if self.shared_store:
                 self._try_own()  # a store that cannot be opened raises here
                 continue
@@ -311,7 +360,7 @@ class SharedMemory:
                 raise _Unanswered(sent=False) from exc
             sock.settimeout(ANSWER_WAIT_S)
             try:
-                sock.sendall(wire.dumps({"op": op, "args": list(args)}))
+                sock.sendall(wire.dumps({"op": op, "args": list(args), "caller": asdict(self.choices)}))
                 with sock.makefile("rb") as stream:
                     line = stream.readline()
             except TimeoutError as exc:  # alive but not answering: asking again would not help
@@ -344,7 +393,7 @@ class SharedMemory:
             try:
                 memory = self._open()
                 try:
-                    self._owner = _Owner(fd, memory, socket_path(self.home))
+                    self._owner = _Owner(fd, memory, socket_path(self.home), self.choices)
                 except BaseException:
                     memory.close()
                     raise

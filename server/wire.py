@@ -1,6 +1,7 @@
 """What crosses the owner's socket: one JSON object a line each way.
 
-A request is `{"op": name, "args": [...]}`; a reply is `{"ok": result}`, `{"error": kind,
+A request is `{"op": name, "args": [...], "caller": {...}}` (the caller's model choices, which the
+owner refuses when it cannot honour them: owner.ModelChoices); a reply is `{"ok": result}`, `{"error": kind,
 "message": text}` or `{"moved": true}` (this owner is leaving: ask again). Results are encoded per
 operation so that a follower's call returns exactly what the owner's would: `recall` gives the
 same `Slate`, `remember` the same `WriteResult`s.

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 import threading
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.server import owner as owner_module
-from agentmemrec.server.owner import SharedMemory, socket_path
+from agentmemrec.server.owner import SharedMemory, shared_memory, socket_path
+from agentmemrec.server.settings import Settings
 
 from helpers import turn
 
@@ -130,3 +133,54 @@ def test_an_owner_that_hangs_is_reported_not_waited_on_forever(home, monkeypatch
     release.set()
     stuck.join(timeout=30)
     follower.close()
+
+
+AWS_KEY = "AKIA4Q7ZL2M9XK3PWT5R"
+SECRET = f"The deploy uses key {AWS_KEY} with password=Tr0ub4dor-and-3"
+
+
+def test_redaction_is_decided_by_the_caller_even_when_the_owner_stores_verbatim(home):
+    owner = shared_memory(Settings(home=home, redact=False)).start()  # an `import --no-redact` running
+    follower = shared_memory(Settings(home=home)).start()
+    try:
+        follower.remember("p", [turn(SECRET, ref="follower")])
+        owner.remember("p", [turn(SECRET + " (stored as it is)", ref="owner")])
+        texts = {it.unit.ref: it.unit.text for it in follower.recall("p", "deploy key password").items}
+    finally:
+        follower.close()
+        owner.close()
+    assert AWS_KEY not in texts["follower"] and "Tr0ub4dor" not in texts["follower"]
+    assert "[REDACTED:" in texts["follower"] and AWS_KEY in texts["owner"]
+
+
+def test_the_pool_size_is_the_callers_and_a_ranker_the_owner_cannot_run_is_refused(home, tmp_path):
+    shipped = tmp_path / "ranker.json"
+    shipped.write_bytes((resources.files("agentmemrec.ranking") / "models" / "default-ranker.json").read_bytes())
+    owner = shared_memory(Settings(home=home)).start()
+    small = shared_memory(Settings(home=home, pool_size=3)).start()
+    other_ranker = shared_memory(Settings(home=home, ranker_model=shipped)).start()
+    try:
+        owner.remember("p", [turn(f"kafka topic number {i} for payments") for i in range(10)])
+        slate = small.recall("p", "kafka topic payments")
+        assert len(small.explain(slate.slate_id, {"p"})["candidates"]) == 3
+        assert len(owner.explain(owner.recall("p", "kafka topic").slate_id, {"p"})["candidates"]) == 10
+        with pytest.raises(StoreError, match=r"cannot honour .*--ranker-model .*ranker\.json .*shipped model"):
+            other_ranker.recall("p", "kafka topic")
+    finally:
+        for shared in (other_ranker, small, owner):
+            shared.close()
+
+
+def test_a_device_the_owners_models_do_not_run_on_is_refused(minilm_home, tmp_path):
+    home = tmp_path / "home"
+    shutil.copytree(minilm_home / "models", home / "models")
+    owner = shared_memory(Settings(home=home, device="cpu")).start()
+    same, other = (shared_memory(Settings(home=home, device=d)).start() for d in ("cpu:fp32", "cpu:fp16"))
+    try:
+        owner.remember("p", [turn("kafka carries the payment events")])
+        assert same.recall("p", "kafka").items
+        with pytest.raises(StoreError, match="--device cpu:fp16 .the owner's models run on cpu:fp32"):
+            other.recall("p", "kafka")
+    finally:
+        for shared in (other, same, owner):
+            shared.close()
