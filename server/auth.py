@@ -9,6 +9,7 @@ turns them into the `Access` every call is checked against.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -22,6 +23,7 @@ from agentmemrec.server.owner import SharedMemory
 from agentmemrec.server.settings import Access
 
 log = logging.getLogger("agentmemrec.auth")
+ACCEPTED_KEPT = 1000  # tokens remembered as accepted, for an outage of the store
 
 
 def auth_settings() -> AuthSettings:
@@ -31,24 +33,36 @@ def auth_settings() -> AuthSettings:
 
 
 class StoreTokenVerifier:
-    """The SDK's `TokenVerifier` over the store's token table (which keeps only hashes)."""
+    """The SDK's `TokenVerifier` over the store's token table (which keeps only hashes), read
+    for every request, so a revoked token is refused at once by every process on the store.
+
+    While the store cannot be read, a token this process accepted before is still accepted, so
+    its calls reach the tools and get their clear "store unavailable" error instead of a bare
+    401: nothing can be read or written meanwhile, and revoking a token needs the store too."""
 
     def __init__(self, memory: SharedMemory) -> None:
         self.memory = memory
+        self._accepted: OrderedDict[str, AccessToken] = OrderedDict()  # the most recent, by digest
 
     async def verify_token(self, token: str) -> AccessToken | None:
         digest = hash_secret(token)
         try:
             principal: Principal | None = await anyio.to_thread.run_sync(
                 self.memory.call, "tokens.principal", digest)
-        except StoreError as exc:  # fail closed: no store, no access
+        except StoreError as exc:  # fail closed, but for tokens known good: see the class
             log.error("cannot check a bearer token: %s", exc)
-            return None
+            return self._accepted.get(digest)
         if principal is None:
+            self._accepted.pop(digest, None)
             log.warning("refused a request with an unknown or revoked bearer token")
             return None
-        return AccessToken(token=digest, client_id=principal.name, scopes=[],
-                           claims={"projects": list(principal.projects)})
+        access = AccessToken(token=digest, client_id=principal.name, scopes=[],
+                             claims={"projects": list(principal.projects)})
+        self._accepted[digest] = access
+        self._accepted.move_to_end(digest)
+        if len(self._accepted) > ACCEPTED_KEPT:
+            self._accepted.popitem(last=False)
+        return access
 
 
 def principal_access(ctx: Context) -> Access | None:

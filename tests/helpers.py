@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import socket
+import sys
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
+import anyio
+import httpx2
 import numpy as np
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from agentmemrec.server.settings import Settings
 
@@ -20,6 +27,52 @@ BOTH = pytest.mark.parametrize("backend", ["duckdb", "postgresql"], indirect=Tru
 def settings_for(home: Path, project: str = "alpha", allow: str = "", store: str | None = None) -> Settings:
     return Settings(home=home, project=project, allowed=frozenset({project, *filter(None, allow.split(","))}),
                     store=store)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A `serve --http` process: its MCP URL, its pid and what it logged."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pid = 0
+        self.log: list[str] = []
+
+
+@asynccontextmanager
+async def http_server(home: Path, *extra: str) -> AsyncIterator[Server]:
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}/mcp")
+    ready = anyio.Event()
+    cmd = [sys.executable, "-m", "agentmemrec.server.cli", "serve", "--http", "--port", str(port), *extra]
+    async with await anyio.open_process(cmd, env={**os.environ, "AGENTMEMREC_HOME": str(home)}) as proc:
+        server.pid = proc.pid
+
+        async def read_log() -> None:
+            async for chunk in proc.stderr:
+                server.log.extend(chunk.decode().splitlines())
+                if any("Uvicorn running on http://127.0.0.1:" in line for line in server.log):
+                    ready.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_log)
+            with anyio.fail_after(60):
+                await ready.wait()
+            try:
+                yield server
+            finally:
+                with suppress(ProcessLookupError):  # a test may have killed it
+                    proc.terminate()
+
+
+def mcp_client(url: str, secret: str) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=30)  # a loaded machine
+    return Client(streamable_http_client(url, http_client=http))
 
 
 async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:

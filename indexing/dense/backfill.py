@@ -26,18 +26,23 @@ def text_hash(text: str) -> str:
 def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None = None,
                   cache: EmbeddingCache | None = None, limit: int | None = None,
                   progress: Callable[[int], None] | None = None) -> int:
-    """Embed units that lack a current vector, in batches; returns how many were embedded."""
+    """Embed units that lack a current vector, in batches; returns how many were embedded. On a
+    store that several processes share, one of them embeds at a time (the claim): the others
+    return 0 at once and find the vectors stored when they next look."""
     done = 0
-    for window in vectors.pending_windows(project):
-        for i in range(0, len(window), EMBED_BATCH):
-            if limit is not None and done >= limit:
-                return done
-            units = window[i:i + EMBED_BATCH]
-            vecs = _embed_with_cache(embedder, [u.index_text() for u in units], cache)
-            vectors.put(units, vecs, [u.content_hash for u in units])
-            done += len(units)
-            if progress:
-                progress(len(units))
+    with vectors.claim() as ours:
+        if not ours:
+            return 0
+        for window in vectors.pending_windows(project):
+            for i in range(0, len(window), EMBED_BATCH):
+                if limit is not None and done >= limit:
+                    return done
+                units = window[i:i + EMBED_BATCH]
+                vecs = _embed_with_cache(embedder, [u.index_text() for u in units], cache)
+                vectors.put(units, vecs, [u.content_hash for u in units])
+                done += len(units)
+                if progress:
+                    progress(len(units))
     return done
 
 

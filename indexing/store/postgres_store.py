@@ -39,7 +39,8 @@ from agentmemrec.indexing.store.writes import Prepared, now
 log = logging.getLogger(__name__)
 
 POOL_SIZE = 8  # connections per process: requests run in worker threads, one statement at a time
-CONNECT_WAIT_S = 5.0  # a call waits this long for a connection before it reports the database down
+CONNECT_WAIT_S = 3.0  # a call waits this long for a connection before it reports the database down
+DOWN_WAIT_S = 0.2  # ...and once one call found it down, until a call gets through again
 RECONNECT_S = 0.5  # the listener's pause between attempts while the database is away
 
 
@@ -114,6 +115,7 @@ class PostgresStore(SqlStore):
             raise StoreError(f"cannot open the PostgreSQL store at {self.where}: {exc}") from exc
         self.channel = f"agentmemrec_{hashlib.sha256(self.schema.encode()).hexdigest()[:16]}"
         self.generations = HeardGenerations()
+        self._reachable = True
         self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, timeout=CONNECT_WAIT_S,
                                     kwargs={"autocommit": True, "prepare_threshold": None},
                                     check=ConnectionPool.check_connection, open=False,
@@ -163,14 +165,17 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection; a database that cannot be reached or fails is a `StoreError`."""
+        """A pooled connection; a database that cannot be reached or fails is a `StoreError`.
+        Once a call found the database down, the next ones wait briefly: each request of an
+        outage gets its error at once, not after seconds (the pool reconnects meanwhile)."""
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection(timeout=CONNECT_WAIT_S if self._reachable else DOWN_WAIT_S) as conn:
+                self._reachable = True
                 yield conn
         except PoolTimeout as exc:
-            raise StoreError(f"the PostgreSQL store at {self.where} cannot be reached (no connection "
-                             f"within {CONNECT_WAIT_S:.0f} s); nothing was written; retry once it is back"
-                             ) from exc
+            self._reachable = False
+            raise StoreError(f"the PostgreSQL store at {self.where} cannot be reached (no connection); "
+                             "nothing was written; retry once it is back") from exc
         except psycopg.Error as exc:
             raise StoreError(f"the PostgreSQL store at {self.where} failed: {exc}; a write in flight "
                              "was applied whole or not at all, so repeating it is safe") from exc

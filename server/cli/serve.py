@@ -62,7 +62,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = serve_settings(args)
     server = create_server(settings)
     if args.http:
-        server.run("streamable-http", host=args.host, port=args.port,
+        # on a PostgreSQL store a replica keeps no session state, so any replica may take any
+        # request (a load balancer needs no sticky sessions)
+        server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
                    max_request_body_size=settings.max_request_bytes)
     else:
         server.run("stdio")

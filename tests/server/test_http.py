@@ -3,22 +3,13 @@ on both backends."""
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import AsyncIterator
-
 import anyio
 import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from agentmemrec.server.cli import build_parser, main
 
-from helpers import BOTH, call, call_error, turn
+from helpers import BOTH, call, call_error, http_server, mcp_client, turn
 
 pytestmark = [pytest.mark.anyio, BOTH]
 
@@ -27,57 +18,16 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
-@pytest.fixture(autouse=True)
-def store_env(store_url: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The server processes and the CLI calls use the test's store."""
-    if store_url:
-        monkeypatch.setenv("AGENTMEMREC_STORE", store_url)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def add_token(capsys: pytest.CaptureFixture[str], name: str, projects: str) -> str:
     assert main(["tokens", "add", name, "--projects", projects]) == 0
     return capsys.readouterr().out.strip()
 
 
-class Server:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.log: list[str] = []
-
-
-@asynccontextmanager
-async def http_server(home: Path, *extra: str) -> AsyncIterator[Server]:
-    port = free_port()
-    server = Server(f"http://127.0.0.1:{port}/mcp")
-    ready = anyio.Event()
-    cmd = [sys.executable, "-m", "agentmemrec.server.cli", "serve", "--http", "--port", str(port), *extra]
-    async with await anyio.open_process(cmd, env={**os.environ, "AGENTMEMREC_HOME": str(home)}) as proc:
-
-        async def read_log() -> None:
-            async for chunk in proc.stderr:
-                server.log.extend(chunk.decode().splitlines())
-                if any("Uvicorn running on http://127.0.0.1:" in line for line in server.log):
-                    ready.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_log)
-            with anyio.fail_after(60):
-                await ready.wait()
-            try:
-                yield server
-            finally:
-                proc.terminate()
-
-
-def mcp_client(url: str, secret: str) -> Client:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"})
-    return Client(streamable_http_client(url, http_client=http))
+@pytest.fixture(autouse=True)
+def store_env(store_url: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server processes and the CLI calls use the test's store."""
+    if store_url:
+        monkeypatch.setenv("AGENTMEMREC_STORE", store_url)
 
 
 def test_http_binds_to_the_loopback_address_unless_told_otherwise():

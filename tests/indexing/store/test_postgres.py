@@ -138,12 +138,15 @@ def test_concurrent_writers_to_one_project_are_serialised_and_store_each_content
 
 def test_one_store_embeds_at_a_time_and_the_claim_passes_on(pg_url):
     first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    first.write("p", validate_batch([{"kind": "turn", "text": "kafka partitions"}]))
     with first.vectors("bow@1").claim() as mine, second.vectors("bow@1").claim() as theirs:
         assert mine and not theirs
+        assert embed_pending(second.vectors("bow@1"), BagOfWords()) == 0  # the first one is embedding
         with second.vectors("other@1").claim() as other_model:
             assert other_model
     with second.vectors("bow@1").claim() as theirs:
         assert theirs
+    assert embed_pending(second.vectors("bow@1"), BagOfWords()) == 1
     first.close()
     second.close()
 
