@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +84,32 @@ class Server:
         self.pg_ctl("-m", "fast", "-w", "stop")
 
 
-def start(workdir: Path) -> Server:
-    """A fresh cluster in `workdir`, running, with the vector extension created."""
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def reap_orphans() -> None:
+    """Stop the servers of test runs that were killed before their teardown (their owner is gone)."""
+    for owner in Path(tempfile.gettempdir()).glob("agentmemrec-*pg*/owner"):
+        if not _alive(int(owner.read_text() or 0)):
+            workdir = owner.parent
+            if (workdir / "data" / "postmaster.pid").exists():
+                subprocess.run(_as_server_user([str(_binaries() / "pg_ctl"), "-D", str(workdir / "data"),
+                                                "-m", "immediate", "stop"]), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start(workdir: Path, owner: int | None = None) -> Server:
+    """A fresh cluster in `workdir`, running, with the vector extension created; `owner` (default
+    this process) is the process whose end makes it an orphan for `reap_orphans`."""
+    reap_orphans()
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "owner").write_text(str(owner or os.getpid()))
     if os.geteuid() == 0:
         _as_server_user(["true"])  # the user exists
         shutil.chown(workdir, USER, USER)
@@ -103,7 +127,7 @@ def start(workdir: Path) -> Server:
 if __name__ == "__main__":  # .ci/run: start DIR prints the URL; stop DIR
     command, folder = sys.argv[1], Path(sys.argv[2])
     if command == "start":
-        print(start(folder).url)
+        print(start(folder, owner=os.getppid()).url)  # the CI script that runs the tests
     else:
         port = int((folder / "data" / "postmaster.pid").read_text().splitlines()[3])
         Server(folder, port).stop()
