@@ -4,7 +4,9 @@ the server's peak memory."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +24,14 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     p50, p95, p99 = np.percentile(ms, [50, 95, 99])
     return {"n": len(ms), "p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2),
             "p99_ms": round(float(p99), 2)}
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """A benchmark's JSON result, with the machine it ran on and how busy it was at the end."""
+    result = {**result, "machine": {"cpus": os.cpu_count(), "load_1m_end": round(os.getloadavg()[0], 2),
+                                    "python": platform.python_version()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def timed(fn: Callable[[], Any]) -> float:

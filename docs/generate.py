@@ -24,6 +24,9 @@ Kinds (options in brackets):
 - `growth-targets FILE...` targets=SIZE:MS,...: full p50 at both pools against latency targets.
 - `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
 - `gpu-batch-sweep FILE`, `model-cost-cpu FILE`: bench/model_throughput.py by batch; on a CPU.
+- `hook-latency FILE`: bench/hook_latency.py, the Claude Code hook's wall time per event.
+- `hook-evidence FILE` [thresholds=a,b]: bench/hook_evidence.py, the share of prompts a hook
+  answers at each top-score threshold, and the AUROC against held-out answerable prompts.
 """
 
 from __future__ import annotations
@@ -283,6 +286,46 @@ def model_cost_cpu(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
              f"{rr['pairs_per_s']:.3f} pairs/s ({1 / rr['pairs_per_s']:.1f} s a pair)", ""]]
     head = ["model", "work", "measured", "relative to all-MiniLM-L6-v2 in the same run"]
     return grid(head, rows) + [load_caption(paths, docs)]
+
+
+# ---- the Claude Code hook (bench/hook_latency.py, bench/hook_evidence.py) ---------------------------
+
+HOOK_KINDS = {"longmemeval_held_out": "answerable (LongMemEval-S, held out)",
+              "locomo_trained_on": "answerable (LoCoMo, trained on: optimistic)",
+              "coding": "unrelated: coding prompts", "other_histories": "unrelated: other histories' questions"}
+
+
+def p50_p95(p: dict[str, Any]) -> str:
+    return f"{num(p.get('p50_ms'))} / {num(p.get('p95_ms'))}"
+
+
+@kind("hook-latency")
+def hook_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    head = ["configuration", "events", "command hook p50 / p95 ms", "UserPromptSubmit p50 / p95",
+            "SessionStart p50 / p95", "http hook p50 / p95 ms", "answered (command / http)", "load (1 min)"]
+    rows = [[c["configuration"], str(c["events"]), p50_p95(c["command_hook_all"]),
+             p50_p95(c["command_hook"]["UserPromptSubmit"]), p50_p95(c["command_hook"]["SessionStart"]),
+             p50_p95(c["http_hook"]["UserPromptSubmit"]),
+             f"{pct(c['answered_share']['command_hook'])} / {pct(c['answered_share']['http_hook'])}",
+             f"{c['load_1m_before']}-{c['load_1m_after']}"] for c in docs[0]["configurations"]]
+    return grid(head, rows) + [sources(paths, [f"{docs[0]['machine']['cpus']} cores"])]
+
+
+@kind("hook-evidence")
+def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """Per configuration and threshold, the share of each kind of prompt a hook answers."""
+    wanted = [float(t) for t in listed(opts, "thresholds") or ["0", "0.5", "1", "1.5"]]
+    head = ["configuration", "prompts (n)", *(f"top score >= {t:g}" for t in wanted), "AUROC"]
+    rows = []
+    for c in docs[0]["configurations"]:
+        by = {r["threshold"]: r for r in c["answered_by_threshold"]}
+        for key, label in HOOK_KINDS.items():
+            if key not in c["queries"] or not c["queries"][key]:
+                continue
+            auroc = c["auroc_held_out_vs"].get(key)
+            rows.append([c["configuration"], f"{label} ({c['queries'][key]})",
+                         *(pct(by[t][key]) for t in wanted), "" if auroc is None else f"{auroc:.3f}"])
+    return grid(head, rows) + [sources(paths, [f"hook budget {docs[0]['budget']} tokens"])]
 
 
 # ---- the documents ------------------------------------------------------------------------------

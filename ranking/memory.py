@@ -190,7 +190,8 @@ class Memory:
         notes = self.notes(project)
         if not slate.items and self.store.count_units(project) == 0:
             notes.append(f"project {project!r} holds no units yet")
-        slate = replace(slate, notes=tuple(notes))
+        top = float(selection.ranked[0].score) if selection.ranked else None
+        slate = replace(slate, notes=tuple(notes), top_score=top)
         self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection, pool_size))
         return slate
 

@@ -42,6 +42,7 @@ class Slate:
     outcomes: Mapping[int, Outcome] = field(default_factory=dict)
     fixed_tokens: int = 0  # preamble
     notes: tuple[str, ...] = ()  # what limited the selection (models missing, units not yet embedded)
+    top_score: float | None = None  # the ranker's score of its first candidate: how strong the evidence is
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Literal, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 import anyio
 from mcp.server import MCPServer
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
+from agentmemrec.server import hook_http
 from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
@@ -40,6 +41,7 @@ from agentmemrec.server.schema import (
 )
 from agentmemrec.server.settings import VERSION, Access, Settings
 from agentmemrec.server.sources import background_sources
+from agentmemrec.server.views import add_views
 
 log = logging.getLogger("agentmemrec")
 T = TypeVar("T")
@@ -47,7 +49,8 @@ T = TypeVar("T")
 INSTRUCTIONS = """Long-term memory for this project. Call recall_slate at the start of a task and
 whenever earlier decisions, conversations or notes may matter; it returns a compact, token-budgeted
 slate of evidence. Call remember to store turns, decisions (with status) and file notes worth
-keeping. Call explain_selection when a slate seems to miss something."""
+keeping. Call explain_selection when a slate seems to miss something; list_projects,
+decisions_in_force and show_unit show what memory holds."""
 
 
 def _core(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -121,6 +124,9 @@ def create_server(settings: Settings) -> MCPServer:
     server = MemoryServer("agentmemrec", title="AgentMemRec", version=VERSION,
                           instructions=INSTRUCTIONS, lifespan=lifespan, **auth)
 
+    if settings.http:  # Claude Code's http hooks, checked against the same bearer tokens
+        server.custom_route(hook_http.PATH, methods=["POST"])(hook_http.claude_code_hook(shared, settings))
+
     def memory_of(ctx: Context) -> SharedMemory:
         return ctx.request_context.lifespan_context
 
@@ -179,6 +185,7 @@ def create_server(settings: Settings) -> MCPServer:
         name = _core(access_of(ctx).resolve, project)
         return ForgetResult(project=name, removed_ids=_core(memory_of(ctx).forget, name, refs))
 
+    add_views(server, tool, _core, memory_of, access_of)
     return server
 
 

@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from agentmemrec.server.console import emit
-from agentmemrec.server.settings import HOME_ENV
+from agentmemrec.server.owner_socket import HOME_ENV
 
 PROJECTS = ("payments-api", "web-frontend")
 QUERIES = (

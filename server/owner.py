@@ -14,13 +14,10 @@ a `forget` or token change whose reply was lost is reported instead, as it may h
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
 import socket
 import socketserver
-import struct
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -34,9 +31,11 @@ from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.indexing.store import principals
 from agentmemrec.indexing.store.duckdb_store import DatabaseError
 from agentmemrec.indexing.store.protocol import SourceRow, WriteResult
+from agentmemrec.ranking import views
 from agentmemrec.ranking.memory import Memory, RecallConfig
 from agentmemrec.ranking.slate import Slate
-from agentmemrec.server import wire
+from agentmemrec.server import hook_context, wire
+from agentmemrec.server.owner_socket import same_user, socket_path
 from agentmemrec.server.settings import Settings
 
 log = logging.getLogger("agentmemrec.owner")
@@ -45,7 +44,8 @@ OWNER_WAIT_S = 30.0  # how long a call waits for some process to own the store
 OPEN_WAIT_S = 10.0  # a killed owner's DuckDB lock can outlive its flock by a moment
 ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
 REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources",
-                        "tokens.list", "tokens.principal"})
+                        "tokens.list", "tokens.principal", "hook", "decisions", "kinds", "show",
+                        "notes"})
 
 
 @dataclass(frozen=True)
@@ -90,21 +90,9 @@ def _operations(memory: Memory) -> dict[str, Callable[..., Any]]:
             "tokens.add": partial(principals.add_token, store),
             "tokens.list": partial(principals.list_tokens, store),
             "tokens.revoke": partial(principals.revoke_token, store),
-            "tokens.principal": partial(principals.principal_for, store)}
-
-
-def socket_path(home: Path) -> Path:
-    """`HOME/owner.sock`, or, where that path is too long for AF_UNIX (about 100 bytes), a socket
-    named after HOME in a directory only this user may enter."""
-    path = home / "owner.sock"
-    if len(os.fsencode(path)) < 100:
-        return path
-    private = Path(tempfile.gettempdir()) / f"agentmemrec-{os.getuid()}"
-    private.mkdir(mode=0o700, exist_ok=True)
-    info = private.lstat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not private.is_dir():
-        raise StoreError(f"{private} must be a directory that only you can use; remove it")
-    return private / (hashlib.sha256(os.fsencode(home)).hexdigest()[:32] + ".sock")
+            "tokens.principal": partial(principals.principal_for, store),
+            "hook": partial(hook_context.answer, memory), "decisions": store.decisions,
+            "kinds": store.kind_counts, "show": partial(views.show, store), "notes": memory.notes}
 
 
 def _take_lock(home: Path) -> int | None:
@@ -121,18 +109,11 @@ def _take_lock(home: Path) -> int | None:
     return fd
 
 
-def _same_user(conn: socket.socket) -> bool:
-    if not hasattr(socket, "SO_PEERCRED"):  # not Linux: the socket's mode 0600 is the guard
-        return True
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1] == os.getuid()
-
-
 class _Handler(socketserver.StreamRequestHandler):
     timeout = 60  # a connected follower sends its request at once
 
     def handle(self) -> None:
-        if not _same_user(self.connection):
+        if not same_user(self.connection):
             log.warning("refused a connection from another user")
             return
         line = self.rfile.readline()
@@ -157,6 +138,7 @@ class _Owner:
     def __init__(self, lock_fd: int, memory: Memory, path: Path, choices: ModelChoices) -> None:
         self.lock_fd, self.memory, self.path, self.choices = lock_fd, memory, path, choices
         self.ops = _operations(memory)
+        self.last_call = time.monotonic()  # when another process last asked (`agentmemrec owner` idles out)
         self.server = _Server(path, self)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), name="agentmemrec-owner",
                          daemon=True).start()
@@ -179,6 +161,7 @@ class _Owner:
                              f"stop process {os.getpid()} so that this one owns the store")
 
     def answer(self, line: bytes) -> bytes:
+        self.last_call = time.monotonic()
         try:
             request = wire.loads(line)
             op = request["op"]
@@ -282,6 +265,12 @@ class SharedMemory:
     @property
     def is_owner(self) -> bool:
         return self._owner is not None
+
+    @property
+    def idle_s(self) -> float | None:
+        """Seconds since another process last called this owner; None when not the owner."""
+        owner = self._owner
+        return None if owner is None else time.monotonic() - owner.last_call
 
     def start(self) -> "SharedMemory":
         """Own the store now if no process does. A store that cannot be opened is logged, not

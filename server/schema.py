@@ -72,7 +72,10 @@ ExpectedRefs = Annotated[list[str] | None, Field(
 ForgetRefs = Annotated[list[str], Field(
     description="Refs (every chunk of a note goes) or ids ('#42') to remove; unknown ones fail the "
                 "whole call", min_length=1, max_length=MAX_REFS)]
-UnitRef = Annotated[str, Field(description="A ref or an id ('#42')", max_length=MAX_FIELD_CHARS)]
+UnitRef = Annotated[str, Field(description="A ref or an id ('#42') of the item to show",
+                                min_length=1, max_length=MAX_FIELD_CHARS)]
+DigestBudget = Annotated[int, Field(description=f"The digest's size in tokens ({MIN_BUDGET}-{MAX_BUDGET})",
+                                    ge=MIN_BUDGET, le=MAX_BUDGET)]
 
 
 class StoredItem(BaseModel):
@@ -132,6 +135,52 @@ class Explanation(BaseModel):
 class ForgetResult(BaseModel):
     project: str
     removed_ids: list[int]
+
+
+class ProjectCount(BaseModel):
+    project: str
+    units: int
+    turns: int
+    decisions: int
+    notes: int
+
+
+class ProjectsResult(BaseModel):
+    projects: list[ProjectCount] = Field(description="The projects you may use, with their units by kind")
+
+
+class UnitOut(BaseModel):
+    id: int
+    ref: str | None
+    kind: str
+    text: str
+    chunk: int
+    at: str
+    session: str | None
+    role: str | None
+    speaker: str | None
+    title: str | None
+    status: str | None = Field(description="The stored status (decisions_in_force shows what replaced it)")
+    supersedes: int | None
+    superseded_by: int | None
+    path: str | None
+    heading: str | None
+    tokens: int
+
+
+class UnitResult(BaseModel):
+    project: str
+    units: list[UnitOut] = Field(description="Every chunk of the item, in order")
+
+
+class DecisionsResult(BaseModel):
+    project: str
+    context: str = Field(description="The digest to read: decisions in force, newest first, then "
+                                     "the replaced ones as one line each")
+    in_force: list[UnitOut]
+    replaced: list[UnitOut]
+    left_out: int = Field(description="Decisions that did not fit the budget")
+    tokens_used: int
 
 
 # ---- refused arguments, in plain words --------------------------------------------------------

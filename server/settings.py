@@ -4,30 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
-from importlib.metadata import version
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Mapping
-
-import platformdirs
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.sources.notes import DEFAULT_GLOBS
 from agentmemrec.indexing.store.backends import check_store_url
 from agentmemrec.indexing.units import check_project
 from agentmemrec.ranking.candidates import DEFAULT_POOL
+from agentmemrec.server.owner_socket import STORE_ENV, default_home
 
 VERSION = version("agentmemrec")
-HOME_ENV = "AGENTMEMREC_HOME"
-STORE_ENV = "AGENTMEMREC_STORE"  # a PostgreSQL URL: the team store instead of the home's DuckDB file
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
 
 log = logging.getLogger("agentmemrec")
-
-
-def default_home(env: Mapping[str, str] = os.environ) -> Path:
-    """All data lives here: `AGENTMEMREC_HOME`, else the platform's user data dir."""
-    return Path(env.get(HOME_ENV) or platformdirs.user_data_dir("agentmemrec", appauthor=False))
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ def slate_out(slate: Slate) -> dict[str, Any]:
             "fixed_tokens": slate.fixed_tokens,
             "items": [{"unit": _unit_out(i.unit), "rank": i.rank, "tokens": i.tokens,
                        "status": i.status} for i in slate.items],
-            "outcomes": {str(k): v for k, v in slate.outcomes.items()}, "notes": list(slate.notes)}
+            "outcomes": {str(k): v for k, v in slate.outcomes.items()}, "notes": list(slate.notes),
+            "top_score": slate.top_score}
 
 
 def slate_in(data: dict[str, Any]) -> Slate:
@@ -74,7 +75,7 @@ def slate_in(data: dict[str, Any]) -> Slate:
                   for i in data["items"])
     return Slate(data["slate_id"], data["project"], data["budget"], data["context"],
                  data["tokens_used"], items, {int(k): v for k, v in data["outcomes"].items()},
-                 data["fixed_tokens"], tuple(data["notes"]))
+                 data["fixed_tokens"], tuple(data["notes"]), data["top_score"])
 
 
 def _principal_in(data: dict[str, Any] | None) -> Principal | None:
@@ -91,6 +92,8 @@ def _same(value: Any) -> Any:
     return value
 
 
+UNITS = (lambda units: [_unit_out(u) for u in units], lambda data: [_unit_in(u) for u in data])
+
 # op -> (encode on the owner, decode on the follower); ops not listed are plain JSON already
 CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "remember": (lambda results: [asdict(r) for r in results],
@@ -103,6 +106,8 @@ CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "tokens.add": (_principal_out, _principal_in),
     "tokens.principal": (_principal_out, _principal_in),
     "tokens.list": (lambda ps: [asdict(p) for p in ps], lambda data: [_principal_in(p) for p in data]),
+    "decisions": UNITS,
+    "show": UNITS,
 }
 
 

@@ -23,7 +23,7 @@ from watchfiles import Change, awatch
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.sink import Ingested, Sink, batches
-from agentmemrec.indexing.sources.transcripts import ProjectMap, TranscriptOptions, Turn, convert_line
+from agentmemrec.indexing.sources.transcripts import ProjectMap, TranscriptOptions, convert_line
 from agentmemrec.indexing.units import MAX_BATCH
 
 log = logging.getLogger(__name__)

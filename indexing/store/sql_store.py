@@ -178,6 +178,20 @@ class SqlStore(ABC):
         rows = self.fetch("SELECT project, count(*) FROM units GROUP BY project ORDER BY project")
         return {p: int(n) for p, n in rows}
 
+    def kind_counts(self) -> dict[str, dict[str, int]]:
+        """Units of each kind in every project."""
+        out: dict[str, dict[str, int]] = {}
+        for project, kind, n in self.fetch("SELECT project, kind, count(*) FROM units GROUP BY project, kind "
+                                           "ORDER BY project, kind"):
+            out.setdefault(project, {})[kind] = int(n)
+        return out
+
+    def decisions(self, project: str) -> list[Unit]:
+        """Every decision of a project, the most recently recorded first."""
+        return [row_to_unit(r) for r in self.fetch(
+            f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND kind = 'decision' "
+            "ORDER BY recorded_at DESC, id DESC", [project])]
+
     def units(self, project: str, ids: Iterable[int]) -> dict[int, Unit]:
         """A project's units by id (others' ids are left out), read through a cache of the
         project's current generation: a pool's units are mostly the ones recent recalls fetched."""

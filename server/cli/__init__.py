@@ -1,6 +1,9 @@
-"""The `agentmemrec` command line, one module per command group: serving (`serve`, `demo`), the
-store (`import`, `watch`, `recall`, `explain`, `forget`, `tokens`), models, and evaluation
-(`eval`, `train`)."""
+"""The `agentmemrec` command line, one module per command group: serving (`serve`, `owner`,
+`demo`), the store (`import`, `watch`, `recall`, `explain`, `forget`, `tokens`), what it holds
+(`ls`, `show`, `stats`), models, evaluation (`eval`, `train`), and the clients (`setup`, `hook`).
+
+`agentmemrec hook` runs on every prompt of a coding session, so `main` hands it over before
+anything heavy is imported: this module imports only the standard library at the top."""
 
 from __future__ import annotations
 
@@ -8,24 +11,28 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from agentmemrec.indexing.errors import InputError, StoreError
-from agentmemrec.server.cli import evaluation, memory, models, serve
-from agentmemrec.server.cli.common import setup_logging
-from agentmemrec.server.cli.serve import serve_settings
-from agentmemrec.server.settings import VERSION
-
 __all__ = ["build_parser", "main", "serve_settings"]
-GROUPS = (serve, memory, models, evaluation)
+
+
+def __getattr__(name: str):  # noqa: ANN202 - `serve_settings` is imported from here, not eagerly
+    if name == "serve_settings":
+        from agentmemrec.server.cli.serve import serve_settings  # noqa: PLC0415
+        return serve_settings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
+    from agentmemrec.server import hook_process  # noqa: PLC0415
+    from agentmemrec.server.cli import clients, evaluation, memory, models, serve, views  # noqa: PLC0415
+    from agentmemrec.server.settings import VERSION  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(prog="agentmemrec", description="AgentMemRec: a long-term memory for coding assistants that answers each query with a token-budgeted slate of evidence.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     parser.add_argument("--version", action="version", version=f"agentmemrec {VERSION}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
-    for group in GROUPS:
+    for group in (serve, memory, views, models, evaluation, clients, hook_process):
         commands.update(group.register(sub))
     return parser, commands
 
@@ -35,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hook"]:
+        from agentmemrec.server.hook_process import main as hook  # noqa: PLC0415
+        return hook(argv[1:])
+    from agentmemrec.indexing.errors import InputError, StoreError  # noqa: PLC0415
+    from agentmemrec.server.cli.common import setup_logging  # noqa: PLC0415
+
     parser, commands = _parser_and_commands()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what a result file says produced it

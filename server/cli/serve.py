@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +20,8 @@ from agentmemrec.server.cli.common import (
     transcript_args,
 )
 from agentmemrec.server.settings import MAX_REQUEST_BYTES, Settings, watch_folders
+
+log = logging.getLogger("agentmemrec")
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -44,9 +49,17 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="where Claude Code keeps transcripts (default ~/.claude/projects)")
     transcript_args(p)
 
+    p = sub.add_parser("owner", help="hold the memory store open for hooks, commands and servers "
+                       "without serving MCP (`agentmemrec hook` starts one when none runs)")
+    p.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
+                   help="exit after this long without a call from another process (default: never)")
+    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
+                   help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
+    device_arg(p)
+
     p = sub.add_parser("demo", help="load a sample history and run recalls through a real MCP client")
     p.add_argument("--home", type=Path, default=None, help="keep the demo store here (default: a temp dir)")
-    return {"serve": cmd_serve, "demo": cmd_demo}
+    return {"serve": cmd_serve, "owner": cmd_owner, "demo": cmd_demo}
 
 
 def serve_settings(args: argparse.Namespace) -> Settings:
@@ -68,6 +81,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
                    max_request_body_size=settings.max_request_bytes)
     else:
         server.run("stdio")
+    return 0
+
+
+def cmd_owner(args: argparse.Namespace) -> int:
+    """Own the store until stopped (SIGTERM, ^C) or idle; if another process owns it, leave."""
+    from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
+    settings = Settings.load(pool_size=args.pool_size, device=args.device)
+    if settings.store is not None:
+        log.info("a PostgreSQL store has no owner: every process opens it itself (for Claude Code's "
+                 "hooks, use serve --http and its http hook; see docs/clients.md)")
+        return 0
+    shared = shared_memory(settings).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        if not shared.is_owner:
+            log.info("another process owns the memory store in %s; nothing to do", settings.home)
+            return 0
+        log.info("owning the memory store in %s%s", settings.home,
+                 f" until {args.idle_exit:.0f} s pass without a call" if args.idle_exit else "")
+        while not stop.wait(min(args.idle_exit or 30.0, 30.0) / 2):
+            if args.idle_exit and (shared.idle_s or 0.0) >= args.idle_exit:
+                log.info("no call for %.0f s: handing the store back", args.idle_exit)
+                break
+    finally:
+        shared.close()
     return 0
 
 

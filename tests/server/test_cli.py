@@ -72,3 +72,26 @@ def test_tokens_are_shown_once_stored_hashed_and_refused_when_invalid(home, caps
     con = duckdb.connect(str(home / "memory.duckdb"), read_only=True)
     assert secret not in str(con.execute("SELECT * FROM tokens").fetchall())
     con.close()
+
+
+def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text("\n".join(json.dumps(i) for i in [
+        {"kind": "turn", "text": "The API listens on port 8080.", "ref": "port"},
+        {"kind": "decision", "ref": "adr-1", "title": "Helm", "text": "Deploy with Helm."},
+        {"kind": "decision", "ref": "adr-2", "title": "Argo", "text": "Deploy with Argo CD.", "supersedes": "adr-1"}]))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["infra", "3", "1", "2", "0"]
+    assert main(["ls", "--decisions", "--project", "infra"]) == 0
+    out = capsys.readouterr().out
+    assert "decision (accepted" in out and "Argo. Deploy with Argo CD." in out and "replaced by #" in out
+    assert main(["show", "port", "--project", "infra", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["text"] == "The API listens on port 8080."
+    assert main(["show", "nope", "--project", "infra"]) == 2
+    assert "'nope' names no unit in project 'infra'" in capsys.readouterr().err
+    assert main(["stats", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["projects"][0]["units"] == 3 and stats["database_bytes"] > 0
+    assert any("no embedder installed" in n for n in stats["projects"][0]["limits"])

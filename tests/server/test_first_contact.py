@@ -13,7 +13,7 @@ import pytest
 
 from agentmemrec.server.cli import build_parser, main
 
-from helpers import call, turn
+from helpers import BOTH, call, call_error, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -58,6 +58,7 @@ async def test_a_recall_on_an_empty_project_says_so_and_lists_the_projects_it_ma
     assert "projects you may use: alpha (0 units), beta (1 units)" in slate["notes"]
 
 
+@BOTH
 async def test_explain_shows_a_decisions_status_in_force_as_the_slate_does(client):
     await call(client, "remember", items=[
         {"kind": "decision", "ref": "q-1", "title": "Queue", "text": "Use RabbitMQ for the job queue."},
@@ -101,3 +102,24 @@ def test_recall_on_an_empty_project_lists_the_projects_in_the_store(home, tmp_pa
                          text=True, env=env).stdout
     assert "-- note: project 'infar' holds no units yet" in out
     assert "-- note: projects in this store: infra (1 units); pick one with --project" in out
+
+
+@BOTH
+async def test_the_read_only_tools_show_projects_decisions_in_force_and_one_unit(client):
+    await call(client, "remember", items=[
+        {"kind": "decision", "ref": "q-1", "title": "Queue", "text": "Use RabbitMQ.", "at": "2026-01-01T00:00:00Z"},
+        {"kind": "decision", "ref": "q-2", "title": "Queue", "supersedes": "q-1", "text": "Use SQS.",
+         "at": "2026-02-01T00:00:00Z"},
+        {"kind": "note", "path": "docs/run.md", "text": "# Run\n\nmake run\n\n## Stop\n\nmake stop"}])
+    await call(client, "remember", project="beta", items=[turn("Beta deploys on Fridays.")])
+    listed = await call(client, "list_projects")
+    assert listed["projects"] == [{"project": "alpha", "units": 4, "turns": 0, "decisions": 2, "notes": 2},
+                                  {"project": "beta", "units": 1, "turns": 1, "decisions": 0, "notes": 0}]
+    decisions = await call(client, "decisions_in_force")
+    assert [u["ref"] for u in decisions["in_force"]] == ["q-2"] and [u["ref"] for u in decisions["replaced"]] == ["q-1"]
+    assert "decision (accepted, 2026-02-01): Queue. Use SQS." in decisions["context"]
+    assert "decision replaced by #" in decisions["context"] and "Use RabbitMQ" not in decisions["context"]
+    note = await call(client, "show_unit", ref="docs/run.md")
+    assert [u["heading"] for u in note["units"]] == ["Run", "Run > Stop"]
+    assert "names no unit in project 'alpha'" in await call_error(client, "show_unit", ref="nope")
+    assert "not served" in await call_error(client, "show_unit", ref="q-1", project="gamma")

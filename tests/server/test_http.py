@@ -3,6 +3,8 @@ on both backends."""
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import httpx2
 import pytest
@@ -80,3 +82,29 @@ async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(ho
     assert main(["tokens", "list"]) == 0
     listing = capsys.readouterr().out
     assert listing.startswith("bob\tgamma\t") and "alice" not in listing and bob not in listing
+
+
+async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home, capsys, tmp_path):
+    repo = tmp_path / "src" / "payments"
+    (repo / ".git").mkdir(parents=True)
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"kind": "decision", "ref": "adr-2", "title": "Kafka",
+                                 "text": "Payment events move to Kafka, partitioned by merchant id."}) + "\n")
+    assert main(["import", str(items), "--project", "payments"]) == 0
+    capsys.readouterr()
+    alice, bob = add_token(capsys, "alice", "payments"), add_token(capsys, "bob", "website")
+    prompt = {"session_id": "s", "cwd": str(repo / "api"), "hook_event_name": "UserPromptSubmit",
+              "prompt": "how are payment events partitioned in Kafka?"}
+    async with http_server(home) as server, httpx2.AsyncClient(timeout=30) as http:
+        url = server.url.replace("/mcp", "/hooks/claude-code")
+        assert (await http.post(url, json=prompt)).status_code == 401
+        reply = await http.post(url, json=prompt, headers={"Authorization": f"Bearer {alice}"})
+        out = reply.json()["hookSpecificOutput"]
+        assert out["hookEventName"] == "UserPromptSubmit" and "merchant id" in out["additionalContext"]
+        start = await http.post(url, json={**prompt, "hook_event_name": "SessionStart", "source": "startup"},
+                                headers={"Authorization": f"Bearer {alice}"})
+        assert "decision (accepted" in start.json()["hookSpecificOutput"]["additionalContext"]
+        for body in (prompt, b"not json"):  # another token's project, and a broken event: nothing
+            other = await http.post(url, **({"json": body} if isinstance(body, dict) else {"content": body}),
+                                    headers={"Authorization": f"Bearer {bob}"})
+            assert (other.status_code, other.content) == (200, b"")

@@ -15,7 +15,8 @@ import pytest
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.server import owner as owner_module
-from agentmemrec.server.owner import SharedMemory, shared_memory, socket_path
+from agentmemrec.server.owner import SharedMemory, shared_memory
+from agentmemrec.server.owner_socket import socket_path
 from agentmemrec.server.settings import Settings
 
 from helpers import turn

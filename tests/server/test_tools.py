@@ -156,7 +156,8 @@ async def test_explain_diagnoses_where_a_fact_was_lost(client):
     ([{"kind": "turn", "text": "ok", "ref": "a"}, {"kind": "turn", "text": "ok2", "ref": "a"}], "more than once"),
     ([{"kind": "turn", "text": "ok", "colour": "red"}], "item 2, field 'colour': is not a field; valid fields: kind"),
     ([{"kind": "turn"}], "item 2, field 'text': is required"),
-    ([{"text": "ok"}, "x"], "item 2, field 'kind': is required (one of: turn, decision, note); item 3: must be an object"),
+    ([{"text": "ok"}, "x"],
+     "item 2, field 'kind': is required (one of: turn, decision, note); item 3: must be an object"),
     ([{"kind": "turn", "text": "\x00\x00 "}], "text is empty"),
     ([{"kind": "turn", "text": "ok", "ref": "\ud800"}], "not valid Unicode"),
     ([{"kind": "turn", "text": "ok", "at": "9999-12-31T23:59:59-14:00"}], "out of range"),
@@ -200,7 +201,9 @@ async def test_batches_over_the_limit_are_refused(client):
 
 async def test_tools_are_annotated_and_typed(client):
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"remember", "recall_slate", "explain_selection", "forget"}
+    assert set(tools) == {"remember", "recall_slate", "explain_selection", "forget", "list_projects",
+                          "decisions_in_force", "show_unit"}
+    assert all(tools[t].annotations.read_only_hint for t in ("list_projects", "decisions_in_force", "show_unit"))
     assert tools["recall_slate"].annotations.read_only_hint is True
     assert tools["explain_selection"].annotations.read_only_hint is True
     assert tools["forget"].annotations.destructive_hint is True

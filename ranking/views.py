@@ -1,0 +1,20 @@
+"""What memory holds, read-only: the projects and their units by kind, one unit by ref, the
+decisions in force (`ranking/digest.py`). For people (`agentmemrec ls|show|stats`) and for
+agents (the read-only tools), never part of a slate."""
+
+from __future__ import annotations
+
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.store.protocol import Store
+from agentmemrec.indexing.units import Unit, check_names, check_project
+
+
+def show(store: Store, project: str, ref: str) -> list[Unit]:
+    """Every chunk of the item a ref (or an id, '#42') names, in order."""
+    check_project(project)
+    [ref] = check_names([ref], "ref")
+    ids = store.ids_for(project, ref)
+    if not ids:
+        raise InputError(f"{ref!r} names no unit in project {project!r}; pass a ref or id that "
+                         "recall_slate or list_projects showed for this project")
+    return sorted(store.units(project, ids).values(), key=lambda u: u.chunk)

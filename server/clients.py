@@ -1,0 +1,209 @@
+"""`agentmemrec setup`: the MCP server entry (and, for Claude Code, the hooks and the transcript
+capture) merged into a client's own configuration files.
+
+Each client keeps JSON files that hold other servers, hooks and its own state, so a change is a
+merge of our entries only: running it again changes nothing, `--remove` takes out exactly what
+it added, the file as it was is kept beside it (`FILE.agentmemrec.bak`) before any change, and
+`--dry-run` prints the diff instead of writing. Where each client looks:
+
+- Claude Code: the server in `~/.claude.json` under the repository's folder (the "local" scope
+  `claude mcp add` writes), the hooks in the repository's `.claude/settings.local.json` (private
+  to you, not committed);
+- Cursor: the repository's `.cursor/mcp.json`;
+- Claude Desktop: `claude_desktop_config.json` in `~/Library/Application Support/Claude` (macOS),
+  `%APPDATA%\\Claude` (Windows) or `~/.config/Claude` (Linux builds).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from agentmemrec.indexing.errors import InputError
+
+Client = Literal["claude-code", "cursor", "claude-desktop"]
+CLIENTS: tuple[str, ...] = ("claude-code", "cursor", "claude-desktop")
+NAME = "agentmemrec"  # the server's name in every client's configuration
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
+HOOK_TIMEOUT_S = 5  # Claude Code's own limit, behind the hook's 2 s deadline
+RESTART = {"claude-code": "start a new Claude Code session in the repository",
+           "cursor": "reload the Cursor window (or enable agentmemrec under Settings > MCP)",
+           "claude-desktop": "quit and restart Claude Desktop"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a client is configured: its user folder (`~`), the repository, the project."""
+
+    client: Client
+    user_dir: Path
+    repo: Path
+    project: str
+    platform: str = sys.platform
+    env: tuple[tuple[str, str], ...] = ()  # AGENTMEMREC_HOME, when set, travels with the entries
+
+
+@dataclass(frozen=True)
+class Change:
+    path: Path
+    before: str | None  # None: the file does not exist
+    after: str | None  # None: it still does not
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff((self.before or "").splitlines(True), (self.after or "").splitlines(True),
+                                            f"{self.path} (now)", f"{self.path} (after setup)"))
+
+
+def command_line() -> list[str]:
+    """How a client starts this installation: its console script, else `python -m`."""
+    script = Path(sys.executable).with_name("agentmemrec")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "agentmemrec.server.cli"]
+
+
+def desktop_config(user_dir: Path, platform: str, env: dict[str, str] = dict(os.environ)) -> Path:
+    if platform == "darwin":
+        base = user_dir / "Library" / "Application Support"
+    elif platform.startswith("win"):
+        base = Path(env["APPDATA"]) if env.get("APPDATA") else user_dir / "AppData" / "Roaming"
+    else:
+        base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else user_dir / ".config"
+    return base / "Claude" / "claude_desktop_config.json"
+
+
+def server_entry(target: Target) -> dict[str, Any]:
+    command, *args = command_line()
+    args += ["serve", "--project", target.project]
+    if target.client == "claude-code":
+        args.append("--capture-claude-code")  # its sessions become memory as they are written
+    entry: dict[str, Any] = {"type": "stdio"} if target.client == "claude-code" else {}
+    entry.update({"command": command, "args": args})
+    if target.env:
+        entry["env"] = dict(target.env)
+    return entry
+
+
+def hook_command(target: Target) -> str:
+    words = [*command_line(), "hook", "claude-code", "--project", target.project]
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in target.env)
+    return prefix + " ".join(shlex.quote(w) for w in words)
+
+
+def is_ours(hook: Any) -> bool:
+    return isinstance(hook, dict) and " hook claude-code" in str(hook.get("command", "")) \
+        and "agentmemrec" in str(hook.get("command", ""))
+
+
+def changes(target: Target, remove: bool = False) -> list[Change]:
+    """What setup (or `remove`) would write, file by file; nothing is written here."""
+    entry = None if remove else server_entry(target)
+    if target.client == "claude-code":
+        settings = None if remove else hook_command(target)
+        return [_edit(target.user_dir / ".claude.json",
+                      lambda doc: _set_server(_folder(doc, target.repo, entry is not None), entry)),
+                _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings))]
+    path = target.repo / ".cursor" / "mcp.json" if target.client == "cursor" \
+        else desktop_config(target.user_dir, target.platform)
+    return [_edit(path, lambda doc: _set_server(doc, entry))]
+
+
+def apply(change: Change) -> Path | None:
+    """Write one change, keeping the file as it was beside it; returns the backup's path."""
+    assert change.after is not None, "a setup never deletes a file"
+    backup = None
+    change.path.parent.mkdir(parents=True, exist_ok=True)
+    if change.before is not None:
+        backup = change.path.with_name(change.path.name + ".agentmemrec.bak")
+        shutil.copy2(change.path, backup)
+    tmp = change.path.with_name(change.path.name + ".agentmemrec.tmp")
+    tmp.write_text(change.after, encoding="utf-8")
+    if change.before is not None:
+        shutil.copymode(change.path, tmp)
+    os.replace(tmp, change.path)  # a client reading the file sees the old or the new, never half
+    return backup
+
+
+def _edit(path: Path, edit: Callable[[dict[str, Any]], None]) -> Change:
+    try:
+        before = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        before = None
+    try:
+        doc = json.loads(before) if before and before.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}); fix it or move "
+                         "it aside, then run setup again (nothing was written)") from exc
+    if not isinstance(doc, dict):
+        raise InputError(f"{path} does not hold a JSON object; fix it or move it aside (nothing was written)")
+    after = copy.deepcopy(doc)
+    edit(after)
+    if after == doc:
+        return Change(path, before, before)
+    return Change(path, before, json.dumps(after, indent=2, ensure_ascii=False) + "\n")
+
+
+def _folder(doc: dict[str, Any], repo: Path, create: bool) -> dict[str, Any]:
+    """A repository's own part of `~/.claude.json` (`projects` keyed by its folder)."""
+    projects = doc.setdefault("projects", {}) if create else doc.get("projects", {})
+    if not isinstance(projects, dict):
+        raise InputError("~/.claude.json: 'projects' is not an object; fix it (nothing was written)")
+    return projects.setdefault(str(repo), {}) if create else projects.get(str(repo), {})
+
+
+def _set_server(doc: dict[str, Any], entry: dict[str, Any] | None) -> None:
+    servers = doc.get("mcpServers")
+    if entry is None:
+        if isinstance(servers, dict):
+            servers.pop(NAME, None)
+        return
+    if not isinstance(servers, dict):
+        servers = doc["mcpServers"] = {}
+    servers[NAME] = entry
+
+
+def _set_hooks(doc: dict[str, Any], command: str | None) -> None:
+    """Our hook on each event: replaced where it is, else added as a group of its own; `None`
+    takes it out, with the groups and events that held only it. Other entries stay as they are."""
+    hooks = doc.get("hooks")
+    if hooks is None and command is None:
+        return
+    if hooks is None:
+        hooks = doc["hooks"] = {}
+    if not isinstance(hooks, dict):
+        raise InputError("settings: 'hooks' is not an object; fix it (nothing was written)")
+    ours = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S} if command else None
+    for event in HOOK_EVENTS:
+        groups = hooks.get(event, [])
+        if not isinstance(groups, list):
+            raise InputError(f"settings: hooks.{event} is not a list; fix it (nothing was written)")
+        placed, kept_groups = False, []
+        for group in groups:
+            members = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(members, list) or not any(is_ours(h) for h in members):
+                kept_groups.append(group)
+                continue
+            kept = [h for h in members if not is_ours(h)]
+            if ours is not None and not placed:
+                kept.insert(next(i for i, h in enumerate(members) if is_ours(h)), ours)
+                placed = True
+            if kept:
+                kept_groups.append({**group, "hooks": kept})
+        if ours is not None and not placed:
+            kept_groups.append({"hooks": [ours]})
+        if kept_groups:
+            hooks[event] = kept_groups
+        else:
+            hooks.pop(event, None)
+    if not hooks:
+        doc.pop("hooks")

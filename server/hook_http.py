@@ -1,0 +1,53 @@
+"""Claude Code's `http` hooks on `serve --http`: the event JSON is POSTed to
+`/hooks/claude-code` and the answer is what `agentmemrec hook claude-code` would print, so no
+process starts per prompt. The bearer token decides which projects a caller may get context from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.server.auth import StoreTokenVerifier
+from agentmemrec.server.hook_process import hook_output
+from agentmemrec.server.owner import SharedMemory
+from agentmemrec.server.settings import Settings
+
+log = logging.getLogger("agentmemrec.hooks")
+PATH = "/hooks/claude-code"
+
+
+def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 - a Starlette endpoint
+    """The endpoint. A request without an accepted token gets 401; any other failure an empty 200
+    (nothing added to the context), never an error that would break the prompt."""
+    verifier = StoreTokenVerifier(shared)
+
+    async def endpoint(request: Request) -> Response:
+        scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+        token = await verifier.verify_token(secret) if scheme.lower() == "bearer" and secret else None
+        if token is None:
+            return Response(status_code=401)
+        query = request.query_params
+        options = {"project": query.get("project"), "budget": query.get("budget"),
+                   "digest_budget": query.get("digest_budget"),
+                   "allowed": list((token.claims or {}).get("projects") or []),
+                   "project_map": str(settings.project_map) if settings.project_map else None}
+        try:
+            event = json.loads(await request.body())
+            if not isinstance(event, dict):
+                raise ValueError("the event is not a JSON object")
+            reply = await anyio.to_thread.run_sync(shared.call, "hook", event, options)
+        except (ValueError, InputError, StoreError) as exc:
+            log.warning("hook over HTTP answered nothing: %s", exc)
+            return Response(status_code=200)
+        if not reply["context"]:
+            log.debug("hook over HTTP: nothing for %s (%s)", reply["project"], reply["why"])
+            return Response(status_code=200)
+        return Response(hook_output(str(event.get("hook_event_name")), reply["context"]),
+                        media_type="application/json")
+    return endpoint

@@ -1,0 +1,167 @@
+"""`agentmemrec hook claude-code`: one Claude Code hook event on stdin, the hook's JSON on stdout.
+
+Claude Code runs it on every `SessionStart` and `UserPromptSubmit` event and adds what it prints
+(`hookSpecificOutput.additionalContext`) to the model's context. So it must be quick and must
+never break a prompt:
+
+- it imports only the standard library (tests run it and look at `sys.modules`) and asks the
+  process that owns the store, which has the models and indexes loaded, over its socket;
+- past `--deadline` seconds, on any error, and when no owner runs (it then starts one, detached,
+  for the next prompt) it prints nothing and exits 0; errors go to `HOME/hook.log`, never stdout;
+- stdout carries the hook JSON and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from agentmemrec.server.owner_socket import HOME_ENV, STORE_ENV, NoOwner, ask, default_home
+
+EVENTS = ("SessionStart", "UserPromptSubmit")
+EVENT_FIELDS = ("hook_event_name", "cwd", "prompt", "source", "session_id")
+PROMPT_BUDGET, DIGEST_BUDGET = 1200, 800
+MAX_HOOK_BUDGET = 2000  # about 8,000 characters: Claude Code takes about 10,000 whole
+MAX_CONTEXT_CHARS = 10_000  # longer additional context reaches the model as a cut preview
+MAX_EVENT_BYTES = 1 << 20
+DEADLINE_S = 2.0
+OWNER_IDLE_EXIT_S = 3600  # an owner the hook started leaves after an hour without a call
+STARTING_S = 60  # an owner started this recently may still be opening the store: do not start another
+LOG_BYTES = 1 << 20  # hook.log is rotated to hook.log.1 past this
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("client", choices=["claude-code"], help="whose hook event arrives on stdin")
+    p.add_argument("--project", default=None,
+                   help="the project to use (default: the one the event's cwd maps to, as for "
+                        "transcripts: --project-map, else the git repository's name)")
+    p.add_argument("--project-map", type=Path, default=None,
+                   help="JSON or TOML file mapping cwd prefixes to projects")
+    p.add_argument("--budget", type=_budget, default=PROMPT_BUDGET,
+                   help=f"tokens of the slate added to a prompt (default {PROMPT_BUDGET}, at most "
+                        f"{MAX_HOOK_BUDGET})")
+    p.add_argument("--digest-budget", type=_budget, default=DIGEST_BUDGET,
+                   help=f"tokens of the decisions digest added at session start (default {DIGEST_BUDGET})")
+    p.add_argument("--deadline", type=_seconds, default=DEADLINE_S,
+                   help=f"seconds after which the hook gives up and adds nothing (default {DEADLINE_S})")
+
+
+def _budget(text: str) -> int:
+    value = int(text)
+    if not 200 <= value <= MAX_HOOK_BUDGET:
+        raise argparse.ArgumentTypeError(f"use 200 to {MAX_HOOK_BUDGET} tokens")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError("use a number of seconds above 0, at most 60")
+    return value
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """The `hook` command in the full command line (which only `--help` reaches: `main` in
+    `cli/__init__.py` sends `agentmemrec hook ...` here before importing anything heavy)."""
+    add_arguments(sub.add_parser("hook", help="answer a Claude Code hook event (stdin) with "
+                                              "context from memory (stdout); see `setup`"))
+    return {"hook": run}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="agentmemrec hook", description="Answer a Claude Code "
+                                     "hook event on stdin with context from memory on stdout.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    home = default_home()
+    if os.environ.get(STORE_ENV):  # every process opens a PostgreSQL store itself: no owner to ask
+        log(home, f"{STORE_ENV} names a PostgreSQL store: use serve --http and its http hook instead")
+        return 0
+    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, f"no answer within {args.deadline} s"))
+    signal.setitimer(signal.ITIMER_REAL, args.deadline)
+    started = time.monotonic()
+    try:
+        out = respond(args, home, sys.stdin.buffer.read(MAX_EVENT_BYTES), started)
+    except TimeoutError:  # the socket's own timeout, at the same deadline as the alarm
+        log(home, f"no answer within {args.deadline} s")
+        out = ""
+    except Exception as exc:  # noqa: BLE001 - nothing may reach the prompt but the hook JSON
+        log(home, f"{type(exc).__name__}: {exc}")
+        out = ""
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if out:
+        os.write(sys.stdout.fileno(), out.encode())
+    return 0
+
+
+def _give_up(home: Path, why: str) -> None:
+    log(home, why)
+    os._exit(0)  # from the signal handler: nothing has been printed
+
+
+def respond(args: argparse.Namespace, home: Path, data: bytes, started: float) -> str:
+    """The hook JSON for one event, or "" for none."""
+    event = json.loads(data or b"null")
+    if not isinstance(event, dict) or event.get("hook_event_name") not in EVENTS:
+        return ""
+    options = {"project": args.project, "budget": args.budget, "digest_budget": args.digest_budget,
+               "project_map": str(args.project_map.expanduser().resolve()) if args.project_map else None}
+    fields = {k: event[k] for k in EVENT_FIELDS if isinstance(event.get(k), str)}
+    try:
+        reply = ask(home, "hook", [fields, options], max(args.deadline - (time.monotonic() - started), 0.01))
+    except NoOwner:
+        start_owner(home)
+        return ""
+    context = reply.get("context") or ""
+    if not context:
+        return ""
+    if len(context) > MAX_CONTEXT_CHARS:
+        log(home, f"{len(context)} characters of context would be cut by the client; lower --budget")
+        return ""
+    return hook_output(event["hook_event_name"], context)
+
+
+def hook_output(event_name: str, context: str) -> str:
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": context}})
+
+
+def start_owner(home: Path) -> None:
+    """Start `agentmemrec owner` in its own session, so the next event finds the store open; it
+    leaves by itself after an hour without a call."""
+    import subprocess  # noqa: PLC0415 - only on the path that needs it
+
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    marker = home / "owner.starting"
+    try:
+        if time.time() - marker.stat().st_mtime < STARTING_S:
+            return
+    except FileNotFoundError:
+        pass
+    marker.touch()
+    with open(home / "hook.log", "ab") as errors:
+        subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "owner", "--idle-exit",
+                          str(OWNER_IDLE_EXIT_S)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=errors, start_new_session=True, env={**os.environ, HOME_ENV: str(home)})
+    log(home, "no process owned the store: started one for the next prompt")
+
+
+def log(home: Path, message: str) -> None:
+    """One line in HOME/hook.log, the hook's only output besides its JSON."""
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = home / "hook.log"
+        if path.exists() and path.stat().st_size > LOG_BYTES:
+            path.replace(home / "hook.log.1")
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} hook: {message}\n")
+    except OSError:
+        pass  # a hook that cannot log still must not fail the prompt

@@ -1,0 +1,81 @@
+"""Where the data lives and how to reach the store's owner, with nothing but the standard library.
+
+A Claude Code hook starts a process on every prompt, so this module (and `hook_process`, which
+uses it) imports no model runtime, database or validation library: the owner, which has them
+loaded, does the work. `owner.py` serves the socket; this is the small client's side of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from agentmemrec.indexing.errors import StoreError
+
+HOME_ENV = "AGENTMEMREC_HOME"
+STORE_ENV = "AGENTMEMREC_STORE"  # a PostgreSQL URL: the team store instead of the home's DuckDB file
+
+
+def default_home(env: Mapping[str, str] = os.environ) -> Path:
+    """All data lives here: `AGENTMEMREC_HOME`, else the platform's user data dir."""
+    if env.get(HOME_ENV):
+        return Path(env[HOME_ENV])
+    import platformdirs  # noqa: PLC0415 - only when the environment does not say
+    return Path(platformdirs.user_data_dir("agentmemrec", appauthor=False))
+
+
+def socket_path(home: Path) -> Path:
+    """`HOME/owner.sock`, or, where that path is too long for AF_UNIX (about 100 bytes), a socket
+    named after HOME in a directory only this user may enter."""
+    path = home / "owner.sock"
+    if len(os.fsencode(path)) < 100:
+        return path
+    private = Path(tempfile.gettempdir()) / f"agentmemrec-{os.getuid()}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    info = private.lstat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not private.is_dir():
+        raise StoreError(f"{private} must be a directory that only you can use; remove it")
+    return private / (hashlib.sha256(os.fsencode(home)).hexdigest()[:32] + ".sock")
+
+
+def same_user(conn: socket.socket) -> bool:
+    """Whether the process at the other end of a Unix socket runs as this user."""
+    if not hasattr(socket, "SO_PEERCRED"):  # not Linux: the socket's mode 0600 is the guard
+        return True
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1] == os.getuid()
+
+
+class NoOwner(Exception):
+    """Nobody answers on the socket: no owner runs (or it is leaving)."""
+
+
+def ask(home: Path, op: str, args: list[Any], timeout: float) -> Any:
+    """One request to the owner and its plain-JSON result, within `timeout` seconds in all.
+    Raises NoOwner when nobody answers, TimeoutError when it answers too slowly, and
+    RuntimeError with the owner's message when the request failed there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(socket_path(home)))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise NoOwner(str(exc)) from exc
+        if not same_user(sock):  # never hand a prompt to another user's process
+            raise NoOwner("the process on the socket runs as another user")
+        sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
+        with sock.makefile("rb") as stream:
+            line = stream.readline()
+    if not line.endswith(b"\n"):
+        raise NoOwner("the owner closed the connection without answering")
+    reply = json.loads(line)
+    if reply.get("moved"):
+        raise NoOwner("the owner is leaving")
+    if "error" in reply:
+        raise RuntimeError(reply["message"])
+    return reply["ok"]

@@ -1,0 +1,138 @@
+"""`agentmemrec setup` against client configuration folders that already hold other servers,
+hooks and state: merged, idempotent, backed up, shown as a diff on --dry-run, taken out by
+--remove. Every path is under tmp_path; the real ~/.claude is never touched."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from agentmemrec.server.cli import main
+from agentmemrec.server.clients import desktop_config
+
+CLAUDE_JSON = {"numStartups": 12, "mcpServers": {"github": {"command": "gh-mcp"}},
+               "projects": {"/elsewhere": {"mcpServers": {"db": {"command": "db-mcp"}}, "history": ["x"]}}}
+SETTINGS = {"permissions": {"allow": ["Bash(ls)"]}, "hooks": {
+    "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo branch"}]}],
+    "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}]}}
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    user, repo = tmp_path / "user", tmp_path / "src" / "payments-api"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".claude").mkdir()
+    user.mkdir()
+    (user / ".claude.json").write_text(json.dumps(CLAUDE_JSON))
+    (repo / ".claude" / "settings.local.json").write_text(json.dumps(SETTINGS, indent=4))
+    return user, repo
+
+
+def setup(user: Path, folder: Path, client: str, *extra: str) -> int:
+    return main(["setup", client, "--dir", str(folder), "--user-dir", str(user), *extra])
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_claude_code_gets_the_server_and_both_hooks_beside_what_was_there(folders, home, capsys):
+    user, repo = folders
+    (repo / "src").mkdir()
+    assert setup(user, repo / "src", "claude-code") == 0  # a folder inside: its repository is set up
+    out = capsys.readouterr().out
+    claude = read(user / ".claude.json")
+    server = claude["projects"][str(repo)]["mcpServers"]["agentmemrec"]
+    assert server["type"] == "stdio" and server["args"][-4:] == ["serve", "--project", "payments-api",
+                                                               "--capture-claude-code"]
+    assert server["env"] == {"AGENTMEMREC_HOME": str(home.resolve())}
+    assert {k: v for k, v in claude.items() if k != "projects"} == {k: v for k, v in CLAUDE_JSON.items()
+                                                                    if k != "projects"}
+    assert claude["projects"]["/elsewhere"] == CLAUDE_JSON["projects"]["/elsewhere"]
+    settings = read(repo / ".claude" / "settings.local.json")
+    assert settings["permissions"] == SETTINGS["permissions"] and settings["hooks"]["PreToolUse"] == \
+        SETTINGS["hooks"]["PreToolUse"]
+    prompt = settings["hooks"]["UserPromptSubmit"]
+    assert prompt[0] == SETTINGS["hooks"]["UserPromptSubmit"][0]  # the other tool's hook stays first
+    [ours] = prompt[1]["hooks"]
+    words = shlex.split(ours["command"])
+    assert words[0] == f"AGENTMEMREC_HOME={home.resolve()}"
+    assert words[-4:] == ["hook", "claude-code", "--project", "payments-api"]
+    assert settings["hooks"]["SessionStart"] == [{"hooks": [ours]}] and ours["timeout"] == 5
+    for path in (user / ".claude.json", repo / ".claude" / "settings.local.json"):
+        assert f"{path}: updated (the previous file is {path}.agentmemrec.bak)" in out
+    assert read(user / ".claude.json.agentmemrec.bak") == CLAUDE_JSON
+
+
+def test_running_setup_twice_changes_nothing(folders, capsys):
+    user, repo = folders
+    assert setup(user, repo, "claude-code") == 0
+    files = [user / ".claude.json", repo / ".claude" / "settings.local.json"]
+    first = [p.read_bytes() for p in files]
+    backups = [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files]
+    capsys.readouterr()
+    assert setup(user, repo, "claude-code") == 0
+    assert capsys.readouterr().out.count("already set up") == 2
+    assert [p.read_bytes() for p in files] == first
+    assert [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files] == backups
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(folders, capsys):
+    user, repo = folders
+    before = (user / ".claude.json").read_bytes()
+    assert setup(user, repo, "claude-code", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert f"+++ {user / '.claude.json'} (after setup)" in out and '+        "agentmemrec": {' in out
+    assert "hook claude-code --project payments-api" in out and out.endswith("dry run: nothing was written\n")
+    assert (user / ".claude.json").read_bytes() == before
+    assert not list(user.glob("*.agentmemrec.bak"))
+
+
+def test_remove_takes_out_only_what_setup_added(folders, capsys):
+    user, repo = folders
+    assert setup(user, repo, "claude-code") == 0
+    assert setup(user, repo, "claude-code", "--remove") == 0
+    claude = read(user / ".claude.json")
+    assert claude["projects"][str(repo)] == {"mcpServers": {}}
+    assert {k: v for k, v in claude.items() if k != "projects"} == {k: v for k, v in CLAUDE_JSON.items()
+                                                                    if k != "projects"}
+    assert read(repo / ".claude" / "settings.local.json") == SETTINGS
+    capsys.readouterr()
+    assert setup(user, repo, "claude-code", "--remove") == 0
+    assert capsys.readouterr().out.count("nothing of agentmemrec in it") == 2
+
+
+def test_cursor_and_claude_desktop_get_the_server_entry(folders, monkeypatch):
+    user, repo = folders
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    desktop = user / ".config" / "Claude" / "claude_desktop_config.json"
+    desktop.parent.mkdir(parents=True)
+    desktop.write_text(json.dumps({"mcpServers": {"fs": {"command": "fs-mcp"}}, "theme": "dark"}))
+    assert setup(user, repo, "claude-desktop", "--project", "shared") == 0
+    assert setup(user, repo, "cursor") == 0
+    config = read(desktop)
+    assert config["theme"] == "dark" and config["mcpServers"]["fs"] == {"command": "fs-mcp"}
+    assert config["mcpServers"]["agentmemrec"]["args"][-3:] == ["serve", "--project", "shared"]
+    cursor = read(repo / ".cursor" / "mcp.json")
+    assert cursor["mcpServers"]["agentmemrec"]["args"][-3:] == ["serve", "--project", "payments-api"]
+    assert "type" not in cursor["mcpServers"]["agentmemrec"]
+
+
+def test_claude_desktop_config_lives_where_each_os_keeps_it(tmp_path):
+    mac = tmp_path / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
+    assert desktop_config(tmp_path, "darwin") == mac
+    assert desktop_config(tmp_path, "win32", {"APPDATA": "C:/Users/me/AppData/Roaming"}) == \
+        Path("C:/Users/me/AppData/Roaming/Claude/claude_desktop_config.json")
+    assert desktop_config(tmp_path, "linux", {}) == tmp_path / ".config/Claude/claude_desktop_config.json"
+
+
+def test_a_config_that_is_not_json_is_left_alone_with_a_clear_error(folders, capsys):
+    user, repo = folders
+    (user / ".claude.json").write_text("{broken")
+    assert setup(user, repo, "claude-code") == 2
+    assert "is not valid JSON (line 1" in capsys.readouterr().err
+    assert (user / ".claude.json").read_text() == "{broken"
+    assert read(repo / ".claude" / "settings.local.json") == SETTINGS

@@ -1,0 +1,168 @@
+"""`agentmemrec hook claude-code` as Claude Code runs it: a subprocess fed the event JSON on stdin,
+asking the process that owns the store (here the test process itself) over its socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentmemrec.server.owner import shared_memory
+from agentmemrec.server.owner_socket import socket_path
+
+from helpers import settings_for, turn
+
+HOOK = [sys.executable, "-m", "agentmemrec.server.cli", "hook", "claude-code"]
+HEAVY = ("onnxruntime", "lightgbm", "duckdb", "tiktoken", "pydantic", "numpy", "mcp", "bm25s",
+         "tokenizers", "starlette", "anyio")
+DECISIONS = [
+    {"kind": "decision", "ref": "adr-1", "title": "RabbitMQ", "text": "Payment events go over RabbitMQ.",
+     "at": "2026-01-10T09:00:00Z"},
+    {"kind": "decision", "ref": "adr-2", "title": "Kafka", "supersedes": "adr-1", "at": "2026-04-14T09:00:00Z",
+     "text": "Payment events move to Kafka, partitioned by merchant id."},
+    {"kind": "decision", "ref": "adr-3", "title": "GraphQL", "status": "rejected", "at": "2026-05-05T09:00:00Z",
+     "text": "Expose payments over GraphQL."},
+    {"kind": "decision", "ref": "adr-4", "title": "Idempotency keys", "status": "proposed",
+     "at": "2026-06-01T09:00:00Z", "text": "Require an Idempotency-Key header on POST /payments."},
+]
+
+
+def event(name: str, cwd: Path, **extra: str) -> dict[str, str]:
+    return {"session_id": "sess-1", "transcript_path": "/dev/null", "cwd": str(cwd),
+            "hook_event_name": name, **extra}
+
+
+def run_hook(home: Path, payload: object, *args: str) -> subprocess.CompletedProcess[str]:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    return subprocess.run([*HOOK, *args], input=data, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+
+
+def context_of(done: subprocess.CompletedProcess[str], name: str) -> str:
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    out = json.loads(done.stdout)  # stdout is exactly one JSON document
+    assert out["hookSpecificOutput"]["hookEventName"] == name
+    return out["hookSpecificOutput"]["additionalContext"]
+
+
+@pytest.fixture
+def repos(tmp_path: Path) -> dict[str, Path]:
+    found = {}
+    for name in ("payments", "website"):
+        (tmp_path / "src" / name / ".git").mkdir(parents=True)
+        (tmp_path / "src" / name / "services").mkdir()
+        found[name] = tmp_path / "src" / name
+    return found
+
+
+@pytest.fixture
+def owner(home: Path):
+    shared = shared_memory(settings_for(home, "payments")).start()
+    assert shared.is_owner
+    shared.remember("payments", [*DECISIONS, turn("The settlement job retries three times, then pages "
+                                                  "the on-call engineer.", session="s1")])
+    shared.remember("website", [turn("The website payment banner is blue and says Kafka rocks.",
+                                     session="w1")])
+    yield shared
+    shared.close()
+
+
+def test_a_prompt_gets_what_its_folders_project_holds_and_never_another_projects(home, owner, repos):
+    prompt = "how are payment events partitioned in Kafka?"
+    done = run_hook(home, event("UserPromptSubmit", repos["payments"] / "services", prompt=prompt))
+    context = context_of(done, "UserPromptSubmit")
+    assert context.startswith("AgentMemRec: stored memory of project payments")
+    assert "partitioned by merchant id" in context and "banner" not in context
+    other = run_hook(home, event("UserPromptSubmit", repos["website"], prompt=prompt))
+    assert "merchant id" not in other.stdout and "RabbitMQ" not in other.stdout
+
+
+def test_session_start_gets_the_decisions_in_force_newest_first(home, owner, repos):
+    context = context_of(run_hook(home, event("SessionStart", repos["payments"], source="startup")),
+                         "SessionStart")
+    lines = context.splitlines()
+    assert lines[0] == "AgentMemRec: the decisions in force in project payments, from its stored memory."
+    assert lines[1].startswith("# decisions in force in project payments, newest first")
+    assert re.match(r"\[#\d+ adr-4\] decision \(proposed, not confirmed, 2026-06-01\): Idempotency keys", lines[2])
+    assert re.match(r"\[#\d+ adr-2\] decision \(accepted, 2026-04-14\): Kafka\. Payment events move", lines[3])
+    assert lines[4] == "## replaced (no longer in force)"
+    assert re.fullmatch(r"\[#\d+ adr-1\] decision replaced by #\d+ \(2026-01-10\): RabbitMQ", lines[5])
+    assert "GraphQL" not in context and "go over RabbitMQ" not in context  # rejected; replaced text
+
+
+def test_a_prompt_the_memory_cannot_answer_gets_nothing(home, owner, repos):
+    for prompt in ("rename parse_args to parse_cli everywhere", "yes"):
+        done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
+        assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_events_it_does_not_answer_and_broken_input_print_nothing(home, owner, repos):
+    for payload in ("not json", "[1, 2]", event("PreToolUse", repos["payments"], tool_name="Bash"), ""):
+        done = run_hook(home, payload)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "JSONDecodeError" in (home / "hook.log").read_text()
+
+
+def test_the_hook_process_imports_nothing_heavy(home, owner, repos):
+    prompt = "how are payment events partitioned in Kafka?"
+    payload = json.dumps(event("UserPromptSubmit", repos["payments"], prompt=prompt))
+    done = subprocess.run([sys.executable, "-X", "importtime", *HOOK[1:]], input=payload, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    assert done.returncode == 0 and "merchant id" in json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "agentmemrec" in imported and not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def test_past_its_deadline_the_hook_prints_nothing_and_exits_0(home, repos):
+    home.mkdir(parents=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # an owner that never answers
+    listener.bind(str(socket_path(home.resolve())))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+    try:
+        done = run_hook(home.resolve(), event("UserPromptSubmit", repos["payments"], prompt="payment broker"),
+                        "--deadline", "0.5")
+    finally:
+        for conn in accepted:
+            conn.close()
+        listener.close()
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "no answer within 0.5 s" in (home / "hook.log").read_text()
+
+
+@pytest.mark.anyio
+async def test_with_no_owner_the_hook_starts_one_and_the_next_prompt_gets_context(home, repos, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in DECISIONS) + "\n")
+    cli = [sys.executable, "-m", "agentmemrec.server.cli"]
+    subprocess.run([*cli, "import", str(items), "--project", "payments"], check=True, capture_output=True,
+                   env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    ask = event("UserPromptSubmit", repos["payments"], prompt="how are payment events partitioned in Kafka?")
+    first = run_hook(home, ask)
+    assert (first.returncode, first.stdout) == (0, "")
+    assert "started one for the next prompt" in (home / "hook.log").read_text()
+    try:
+        with anyio.fail_after(120):  # the owner opens the store in the background
+            while not (done := await anyio.to_thread.run_sync(run_hook, home, ask)).stdout:
+                await anyio.sleep(0.2)
+        assert "partitioned by merchant id" in context_of(done, "UserPromptSubmit")
+    finally:
+        stop_started_owner(home)
+
+
+def stop_started_owner(home: Path) -> None:
+    """Stop the `agentmemrec owner` the hook started (its pid is in the lock file), and only it."""
+    pid = int((home / "owner.lock").read_text().split()[0])
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists() and b"owner\x00--idle-exit" in cmdline.read_bytes():
+        os.kill(pid, 15)
