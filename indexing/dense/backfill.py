@@ -16,7 +16,8 @@ from agentmemrec.indexing.store.protocol import VectorRows
 
 log = logging.getLogger(__name__)
 EMBED_BATCH = 256  # units embedded and stored in one transaction: what a recall sees appear at once
-WORKER_CALL = 640  # units per background pass before it looks at the stop flag again
+WORKER_CALL = 640  # units per background pass before it looks for a write to notice
+STOP_WAIT_S = 30.0  # after this, closing says it is still waiting for the batch being embedded
 
 
 def text_hash(text: str) -> str:
@@ -25,17 +26,19 @@ def text_hash(text: str) -> str:
 
 def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None = None,
                   cache: EmbeddingCache | None = None, limit: int | None = None,
-                  progress: Callable[[int], None] | None = None) -> int:
+                  progress: Callable[[int], None] | None = None,
+                  stop: Callable[[], bool] = lambda: False) -> int:
     """Embed units that lack a current vector, in batches; returns how many were embedded. On a
     store that several processes share, one of them embeds at a time (the claim): the others
-    return 0 at once and find the vectors stored when they next look."""
+    return 0 at once and find the vectors stored when they next look. `stop` is asked before
+    each batch: a close waits for one batch, not for a whole pass."""
     done = 0
     with vectors.claim() as ours:
         if not ours:
             return 0
         for window in vectors.pending_windows(project):
             for i in range(0, len(window), EMBED_BATCH):
-                if limit is not None and done >= limit:
+                if (limit is not None and done >= limit) or stop():
                     return done
                 units = window[i:i + EMBED_BATCH]
                 vecs = _embed_with_cache(embedder, [u.index_text() for u in units], cache)
@@ -92,17 +95,22 @@ class EmbeddingWorker:
         return self._idle.wait(timeout)
 
     def stop(self) -> None:
+        """Stop after the batch in progress and wait for it: the store closes after this."""
         self._stop.set()
         self._wake.set()
+        if not self._thread.is_alive():
+            return
+        self._thread.join(timeout=STOP_WAIT_S)
         if self._thread.is_alive():
-            self._thread.join(timeout=30)
+            log.warning("closing waits for the background embedder to finish its batch")
+            self._thread.join()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(timeout=30)
             self._wake.clear()
             try:
-                n = embed_pending(self.vectors, self.embedder, limit=WORKER_CALL)
+                n = embed_pending(self.vectors, self.embedder, limit=WORKER_CALL, stop=self._stop.is_set)
                 if n:
                     log.debug("embedded %d units", n)
                     self._wake.set()  # more may be waiting

@@ -3,10 +3,11 @@ tests in test_models.py): background embedding, lexical fallback, model change, 
 
 from __future__ import annotations
 
+import threading
 
 import numpy as np
 
-from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
+from agentmemrec.indexing.dense.backfill import EMBED_BATCH, EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
@@ -116,3 +117,33 @@ def test_a_server_loads_its_project_first_then_embeds_in_the_background(tmp_path
     assert memory.worker.wait_idle(timeout=60)
     assert memory.channels[0].index.loaded("p") and memory.dense.vectors.count_pending("p") == 0
     memory.close()
+
+
+class Gated(BagOfWords):
+    """Holds its first batch until the worker has been asked to stop (as a slow model would
+    still be embedding when the server closes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.worker: EmbeddingWorker | None = None
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.calls == 0:
+            self.started.set()
+            assert self.worker is not None and self.worker._stop.wait(10)  # until close asks it to stop
+        return super().embed(texts)
+
+
+def test_close_stops_the_embedder_after_its_batch_and_waits_for_it(tmp_path, caplog):
+    embedder = Gated()
+    memory = memory_with(tmp_path, embedder, background=False)
+    memory.remember("p", [{"kind": "turn", "text": f"note {i} about kafka"} for i in range(3 * EMBED_BATCH)])
+    embedder.worker = memory.worker = EmbeddingWorker(memory.dense.vectors, embedder).start()
+    assert embedder.started.wait(10)
+    memory.close()  # the worker is inside its first batch of a pass of 640 units
+    assert not memory.worker._thread.is_alive() and embedder.calls == 1
+    assert "background embedding failed" not in caplog.text
+    store = DuckDBStore(tmp_path / "m.duckdb")
+    assert store.cursor().execute("SELECT count(*) FROM vectors").fetchone()[0] == EMBED_BATCH
+    store.close()
