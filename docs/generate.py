@@ -22,6 +22,7 @@ Kinds (options in brackets):
 - `eval-budgets FILE...` [variants=a,b]: every figure of each (variant, budget) record.
 - `growth-latency`, `growth-resources`, `growth-dense` FILE...: bench/store_growth.py by store size.
 - `growth-targets FILE...` targets=SIZE:MS,...: full p50 at both pools against latency targets.
+- `project-memory FILE`: bench/project_memory.py, the peaks of each cap's run.
 - `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
 - `gpu-batch-sweep FILE`, `model-cost-cpu FILE`: bench/model_throughput.py by batch; on a CPU.
 - `hook-latency FILE`: bench/hook_latency.py, the Claude Code hook's wall time per event.
@@ -245,6 +246,20 @@ def growth_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
     head = ["units", "target", f"full, pool {pool} (default)" if pool == DEFAULT_POOL else f"full, pool {pool}",
             f"full, pool {small}"]
     return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("project-memory")
+def project_memory(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    [doc] = docs
+    rows = [[f"{run['cap_mib_per_index']:,} MiB" if run["cap_mib_per_index"] else "none (before the caps)",
+             str(run["recalls"]), *[num(run["peak_mib"][k]) for k in ("bm25", "dense", "units", "sessions", "texts")],
+             num(run["peak_mib"]["rss_mib"]), num(run["peak_rss_mib"])] for run in doc["runs"]]
+    head = ["snapshot cap per index", "recalls", "bm25 snapshots MiB", "dense snapshots MiB", "unit cache MiB",
+            "session cache MiB", "text caches MiB", "resident MiB after a recall", "peak resident MiB"]
+    detail = (f"{doc['projects']} projects of {doc['units_per_project']:,} units, each recalled "
+              f"{doc['rounds']} times in turn; {doc['cpus']} CPUs, load average {doc['load_avg_start'][0]:.1f} "
+              "at the start")
+    return grid(head, rows) + [sources(paths, [detail])]
 
 
 # ---- bench/model_throughput.py ------------------------------------------------------------------

@@ -11,11 +11,14 @@ handed, and nothing it holds is ever written to.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import Callable, Generic, Hashable, Protocol, Sequence, TypeVar
 
 import numpy as np
+
+INDEX_MEMORY = 1 << 30  # bytes of snapshots each derived index keeps (the one in use always stays)
 
 
 class Part(Protocol):
@@ -49,6 +52,12 @@ class Segments(Generic[P]):
     @property
     def live(self) -> int:
         return sum(self.live_counts())
+
+    @property
+    def nbytes(self) -> int:
+        """What the parts' arrays and the dead masks hold in memory."""
+        arrays = [v for p in self.parts for v in vars(p).values() if isinstance(v, np.ndarray)]
+        return sum(a.nbytes for a in arrays) + sum(d.nbytes for d in self.dead if d is not None)
 
     def live_counts(self) -> list[int]:
         return [len(p.ids) - (0 if d is None else int(d.sum())) for p, d in zip(self.parts, self.dead)]
@@ -108,20 +117,32 @@ class SnapshotCache(Generic[S]):
 
     `key(project)` says which version of the rows is current (cheap: cached generations);
     `advance(project, held)` brings the held snapshot (or None) up to it. Readers on other
-    projects or on an up-to-date snapshot never wait; one thread advances a project at a time."""
+    projects or on an up-to-date snapshot never wait; one thread advances a project at a time.
+    While the snapshots weigh more than `max_bytes` (by `size_of`), the least recently used
+    project's is dropped (a reader holding it keeps it; the next one loads it again), never the
+    one just handed out."""
 
     def __init__(self, key: Callable[[str], Hashable], key_of: Callable[[S], Hashable],
-                 advance: Callable[[str, S | None], S]) -> None:
+                 advance: Callable[[str, S | None], S], size_of: Callable[[S], int] = lambda _: 0,
+                 max_bytes: int | None = None) -> None:
         self._key, self._key_of, self._advance = key, key_of, advance
+        self._size_of, self.max_bytes = size_of, max_bytes
         self._snapshots: dict[str, S] = {}
+        self._used: dict[str, int] = {}  # project -> when last handed out (a counter, no lock)
+        self._clock = itertools.count()
         self._lock = threading.Lock()
 
     def __contains__(self, project: str) -> bool:
         return project in self._snapshots
 
+    @property
+    def nbytes(self) -> int:
+        return sum(self._size_of(s) for s in list(self._snapshots.values()))
+
     def get(self, project: str) -> S:
         key = self._key(project)
         snap = self._snapshots.get(project)
+        self._used[project] = next(self._clock)
         if snap is not None and self._key_of(snap) == key:
             return snap
         with self._lock:
@@ -129,4 +150,18 @@ class SnapshotCache(Generic[S]):
             if snap is None or self._key_of(snap) != self._key(project):
                 snap = self._advance(project, snap)
                 self._snapshots[project] = snap
+                self._evict(keep=project)
             return snap
+
+    def _evict(self, keep: str) -> None:
+        if self.max_bytes is None:
+            return
+        sizes = {p: self._size_of(s) for p, s in self._snapshots.items()}
+        total = sum(sizes.values())
+        for project in sorted(sizes, key=lambda p: self._used.get(p, -1)):
+            if total <= self.max_bytes:
+                return
+            if project != keep:
+                total -= sizes[project]
+                del self._snapshots[project]
+                self._used.pop(project, None)

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
+from agentmemrec.indexing.lru import memo_by_text
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.candidates import Candidate
 
@@ -131,10 +132,12 @@ def stem(word: str) -> str:
     return word
 
 
-TEXT_CACHE = 1 << 15  # units' text features are kept per text: a pool's units recur across queries
+# units' text features are kept per text, since a pool's units recur across queries; bounded by
+# the texts' bytes (a unit's text may be 128 KiB), the terms weighing about what their text does
+TEXT_CACHE_BYTES = 32 << 20
 
 
-@lru_cache(maxsize=TEXT_CACHE)
+@memo_by_text(TEXT_CACHE_BYTES, weight=2)
 def content_terms(text: str) -> frozenset[str]:
     """Stemmed words of three letters or more that are not stopwords."""
     return frozenset(stem(w) for w in WORD_RE.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS)
@@ -228,7 +231,7 @@ def time_cue(c: Candidate, ctx: QueryContext) -> float:
     return float(_dates_something(c.unit.text))
 
 
-@lru_cache(maxsize=TEXT_CACHE)
+@memo_by_text(TEXT_CACHE_BYTES)
 def _dates_something(text: str) -> bool:
     return TIME_CUE_RE.search(text) is not None
 

@@ -22,6 +22,8 @@ from agentmemrec.indexing.dense.models import INSTALL_HINT, active, models_dir
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.redact import redact_item
+from agentmemrec.indexing.lru import memo_bytes
+from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.indexing.store.backends import open_store
 from agentmemrec.indexing.store.protocol import Store, WriteResult
@@ -88,15 +90,17 @@ class Memory:
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
              background: bool = True, ranker_model: Path | None = None, redact: bool = True,
-             rerank_limit: int | None = None, store_url: str | None = None) -> "Memory":
+             rerank_limit: int | None = None, store_url: str | None = None,
+             index_memory: int | None = INDEX_MEMORY) -> "Memory":
         """The store (the home's DuckDB file, or the PostgreSQL database `store_url` names), its
         derived indexes and the active models under `home`. A missing or broken model degrades
-        (to lexical retrieval, to fusion order), logged once and stated in every explanation."""
+        (to lexical retrieval, to fusion order), logged once and stated in every explanation.
+        `index_memory` bounds what each derived index keeps of projects' snapshots (bytes)."""
         store = open_store(home, store_url)
         bm25_dir = store.index_dir / "bm25" if store.index_dir else None
-        channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir))]
+        channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir, index_memory))]
         embedder, reranker, problems = _load_models(home, device, rerank_limit)
-        dense = DenseIndex(store, embedder) if embedder else None
+        dense = DenseIndex(store, embedder, index_memory) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
         if dense is not None:
             channels.append(DenseChannel(dense))
@@ -138,6 +142,12 @@ class Memory:
         model = self.dense.embedder if self.dense is not None else reranker
         device = f"{model.device}:{model.precision}" if model is not None else None
         return device, reranker.limit if reranker is not None else None
+
+    def memory_use(self) -> dict[str, int]:
+        """Bytes held by each derived index's snapshots and by the caches (all bounded)."""
+        out = {ch.name: ch.index.nbytes for ch in self.channels if hasattr(getattr(ch, "index", None), "nbytes")}
+        return {**out, "units": self.store.cached_bytes, "sessions": self.sessions.cached_bytes,
+                "texts": memo_bytes()}
 
     def notes(self, project: str) -> list[str]:
         """What a reader of an explanation should know about how complete the channels were."""
@@ -210,7 +220,7 @@ class Memory:
 
     def build(self, selection: "Selection", budget: int) -> Slate:
         """Stage 4: the slate for one budget."""
-        return build(selection, budget)
+        return build(selection, budget, self.slates.instance)
 
     def warm(self, project: str) -> None:
         """Build every derived index of a project now rather than at the first recall."""
@@ -282,6 +292,10 @@ class Memory:
         refs = check_names(refs, "refs") if refs else []
         valid = isinstance(slate_id, str) and SLATE_ID.fullmatch(slate_id)
         saved = self.slates.load(slate_id) if valid else None
+        if saved is None and valid and self.slates.lost(slate_id):
+            raise InputError(f"the explanation of slate {slate_id} was lost: the process that owned "
+                             "the memory store stopped (crashed or was killed) before saving it; call "
+                             "recall_slate again and explain the new slate")
         if saved is None or saved[0] not in allowed:
             raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")
@@ -341,9 +355,10 @@ class Memory:
         return {"ref": ref, "stage": stage, "units": results}
 
 
-def build(selection: Selection, budget: int) -> Slate:
-    """Stage 4 for a selection: the slate at one budget, under a fresh slate id."""
-    slate_id = "s_" + uuid.uuid4().hex[:12]
+def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
+    """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with
+    `id_prefix`, hex digits)."""
+    slate_id = "s_" + (id_prefix + uuid.uuid4().hex)[:12]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
 
 

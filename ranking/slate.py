@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Literal, Mapping, Sequence
 
+from agentmemrec.indexing.lru import memo_by_text
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.ranker import ScoredCandidate
@@ -166,7 +166,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed)
 
 
-@lru_cache(maxsize=8192)
+@memo_by_text(16 << 20)  # a line holds a unit's text: bounded by bytes, not lines
 def piece_tokens(text: str) -> int:
     """Tokens of one rendered line or header: the same items recur within a recall and across
     recalls, and counting is most of what building a slate costs."""

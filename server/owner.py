@@ -13,7 +13,6 @@ a `forget` or token change whose reply was lost is reported instead, as it may h
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
@@ -31,17 +30,21 @@ from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.indexing.store import principals
 from agentmemrec.indexing.store.duckdb_store import DatabaseError
 from agentmemrec.indexing.store.protocol import SourceRow, WriteResult
+from agentmemrec.indexing.units import MAX_BATCH, MAX_TEXT_BYTES
 from agentmemrec.ranking import views
 from agentmemrec.ranking.memory import Memory, RecallConfig
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_context, wire
-from agentmemrec.server.owner_socket import same_user, socket_path
+from agentmemrec.server.owner_socket import peer_uid, private_home, same_user, socket_path, take_lock
 from agentmemrec.server.settings import Settings
 
 log = logging.getLogger("agentmemrec.owner")
 
 OWNER_WAIT_S = 30.0  # how long a call waits for some process to own the store
 OPEN_WAIT_S = 10.0  # a killed owner's DuckDB lock can outlive its flock by a moment
+MAX_CONNECTIONS = 32  # calls the owner serves at once, each in a thread of its own
+# the longest line a valid call needs: a full batch of the largest texts, every byte JSON-escaped
+MAX_LINE = MAX_BATCH * (6 * MAX_TEXT_BYTES + 64 * 1024)
 ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
 REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources",
                         "tokens.list", "tokens.principal", "hook", "decisions", "kinds", "show",
@@ -95,30 +98,30 @@ def _operations(memory: Memory) -> dict[str, Callable[..., Any]]:
             "kinds": store.kind_counts, "show": partial(views.show, store), "notes": memory.notes}
 
 
-def _take_lock(home: Path) -> int | None:
-    """The owner lock's file descriptor, or None while another process holds it."""
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())  # who owns it, for people and tests
-    return fd
-
-
 class _Handler(socketserver.StreamRequestHandler):
-    timeout = 60  # a connected follower sends its request at once
+    timeout = 10  # a connected follower sends its request at once; an idle one gives its slot up
 
     def handle(self) -> None:
         if not same_user(self.connection):
             log.warning("refused a connection from another user")
             return
-        line = self.rfile.readline()
-        if line.endswith(b"\n"):
+        line = self.rfile.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:  # never read whole: what is sent beyond the limit is not kept
+            self.wfile.write(wire.dumps({"error": "input", "message": f"a request over {MAX_LINE} "
+                                         "bytes is more than any valid call needs; it was not read"}))
+            self._discard_rest()
+        elif line.endswith(b"\n"):
             self.wfile.write(self.server.owner.answer(line))  # type: ignore[attr-defined]
+
+
+    def _discard_rest(self) -> None:
+        """Read the rest of an oversized line in pieces, keeping none: a socket closed with data
+        unread resets the connection, and the caller would lose the reply."""
+        try:
+            while (piece := self.rfile.read1(1 << 16)) and not piece.endswith(b"\n"):
+                pass
+        except OSError:  # it stopped sending (the handler's timeout) or went away
+            pass
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -127,9 +130,23 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: Path, owner: "_Owner") -> None:
         self.owner = owner
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         path.unlink(missing_ok=True)  # a dead owner's socket; we hold the lock, so nobody uses it
         super().__init__(str(path), _Handler)
         os.chmod(path, 0o600)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, at most MAX_CONNECTIONS at once: the next one waits here for
+        a thread to finish, and the ones after it in the kernel's backlog (a full backlog refuses
+        a connection, and a follower then asks again)."""
+        self.slots.acquire()
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _Owner:
@@ -227,7 +244,8 @@ def shared_memory(settings: Settings) -> SharedMemory:
     def opener() -> Memory:
         memory = Memory.open(settings.home, config, settings.device, background=False,
                              ranker_model=settings.ranker_model, redact=settings.redact,
-                             rerank_limit=settings.rerank_limit, store_url=settings.store)
+                             rerank_limit=settings.rerank_limit, store_url=settings.store,
+                             index_memory=settings.index_memory_mib << 20)
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,
@@ -342,11 +360,16 @@ class SharedMemory:
             delay = min(2 * delay, 0.1)
 
     def _forward(self, op: str, args: Sequence[Any]) -> Any:
+        private_home(self.home)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             try:
                 sock.connect(str(socket_path(self.home)))
             except OSError as exc:  # no socket, or nobody listening on it any more
                 raise _Unanswered(sent=False) from exc
+            if not same_user(sock):  # nothing is sent to another user's process
+                raise StoreError(f"the socket {socket_path(self.home)} is served by another user "
+                                 f"(uid {peer_uid(sock)}); nothing was sent. Remove it, or use a "
+                                 "home of your own (set AGENTMEMREC_HOME)")
             sock.settimeout(ANSWER_WAIT_S)
             try:
                 sock.sendall(wire.dumps({"op": op, "args": list(args), "caller": asdict(self.choices)}))
@@ -376,7 +399,7 @@ class SharedMemory:
             if self.shared_store:
                 self._owner = _Direct(self._open())
                 return True
-            fd = _take_lock(self.home)
+            fd = take_lock(self.home)
             if fd is None:
                 return False
             try:

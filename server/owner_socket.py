@@ -7,6 +7,7 @@ loaded, does the work. `owner.py` serves the socket; this is the small client's 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -44,12 +45,48 @@ def socket_path(home: Path) -> Path:
     return private / (hashlib.sha256(os.fsencode(home)).hexdigest()[:32] + ".sock")
 
 
+def private_home(home: Path) -> None:
+    """The home exists, is this user's and no one else may write in it (a home another user can
+    write could hold a socket or store of theirs). A new home is created 0700; one that others
+    may read is made so."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = home.stat()
+    if info.st_uid != os.getuid():
+        raise StoreError(f"the memory store's home {home} belongs to another user (uid {info.st_uid}); "
+                         "use a home of your own (set AGENTMEMREC_HOME)")
+    if info.st_mode & 0o022:
+        raise StoreError(f"the memory store's home {home} may be written by other users; "
+                         f"make it yours alone with: chmod 700 {home}")
+    if info.st_mode & 0o077:
+        os.chmod(home, 0o700)
+
+
+def take_lock(home: Path) -> int | None:
+    """The owner lock's file descriptor, or None while another process holds it."""
+    private_home(home)
+    fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # who owns it, for people and tests
+    return fd
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (Linux); elsewhere the socket's
+    mode 0600 is the guard, and the peer is taken to be this user."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return os.getuid()
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
 def same_user(conn: socket.socket) -> bool:
     """Whether the process at the other end of a Unix socket runs as this user."""
-    if not hasattr(socket, "SO_PEERCRED"):  # not Linux: the socket's mode 0600 is the guard
-        return True
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1] == os.getuid()
+    return peer_uid(conn) == os.getuid()
 
 
 class NoOwner(Exception):

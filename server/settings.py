@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.indexing.sources.notes import DEFAULT_GLOBS
 from agentmemrec.indexing.store.backends import check_store_url
 from agentmemrec.indexing.units import check_project
@@ -52,6 +53,7 @@ class Settings:
     pool_size: int = DEFAULT_POOL
     device: str = "auto"
     rerank_limit: int | None = None  # candidates the cross-encoder scores (None: by device)
+    index_memory_mib: int = INDEX_MEMORY >> 20  # each derived index's snapshots, all projects
     ranker_model: Path | None = None  # default: the model shipped in the package
     redact: bool = True  # secrets become [REDACTED:<kind>] before anything is stored
     watch: tuple[Path, ...] = ()  # folders whose notes and ADRs follow into the default project

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from agentmemrec.indexing.dense.embedder import Embedder
-from agentmemrec.indexing.segments import Segments, SnapshotCache, keep_rows
+from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache, keep_rows
 from agentmemrec.indexing.store.protocol import Store, Vectors
 from agentmemrec.indexing.store.vectors import WINDOW
 
@@ -105,16 +105,21 @@ class DenseSnapshot:
 class DenseIndex:
     """Hands out the current dense snapshot of a project, catching up with writes and new vectors."""
 
-    def __init__(self, store: Store, embedder: Embedder) -> None:
+    def __init__(self, store: Store, embedder: Embedder, max_bytes: int | None = INDEX_MEMORY) -> None:
         self.store = store
         self.embedder = embedder
         self.vectors = store.vectors(embedder.identity)
         self._snapshots: SnapshotCache[DenseSnapshot] = SnapshotCache(
             lambda project: (store.generation(project), self.vectors.generation(project)),
-            lambda snap: snap.key, self._advance)
+            lambda snap: snap.key, self._advance, lambda snap: snap.segments.nbytes, max_bytes)
 
     def snapshot(self, project: str) -> DenseSnapshot:
         return self._snapshots.get(project)
+
+    @property
+    def nbytes(self) -> int:
+        """What the snapshots held in memory weigh."""
+        return self._snapshots.nbytes
 
     def _advance(self, project: str, snap: DenseSnapshot | None) -> DenseSnapshot:
         found = self.vectors.changes_since(project, snap.key) if snap is not None else None

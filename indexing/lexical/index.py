@@ -35,13 +35,14 @@ from agentmemrec.indexing.lexical.postings import (
     merge_postings,
     tokenize,
 )
-from agentmemrec.indexing.segments import Segments, SnapshotCache
+from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache
 from agentmemrec.indexing.store.protocol import Changes, Store
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3  # 2: a digest of each file; 3: postings in immutable parts
 PERSIST_ROWS = 5_000  # a part this large is worth saving; smaller ones are replayed from the log
+VOCAB_ENTRY_BYTES = 120  # a term and its dict slot
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class LexicalSnapshot:
     segments: Segments[Postings]
     total_length: int  # tokens in the live documents
     _last: list = field(default_factory=lambda: [None], compare=False, repr=False)  # (query, scores)
+
+    @property
+    def nbytes(self) -> int:
+        return self.segments.nbytes + VOCAB_ENTRY_BYTES * len(self.vocab)
 
     def _terms(self, query: str) -> dict[int, int]:
         """Query term ids with their counts (bm25s adds a repeated query term once per repeat)."""
@@ -153,17 +158,24 @@ class LexicalSnapshot:
 class LexicalIndex:
     """Hands out the current snapshot for a project, catching up with the store's writes."""
 
-    def __init__(self, store: Store, root: Path | None) -> None:
+    def __init__(self, store: Store, root: Path | None, max_bytes: int | None = INDEX_MEMORY) -> None:
         """`root`: where snapshots are saved; None keeps them in memory only (a store that many
-        processes share: each catches up from the change log instead)."""
+        processes share: each catches up from the change log instead). `max_bytes` bounds the
+        snapshots kept of all projects (the one in use always stays)."""
         self.store = store
         self.root = Path(root) if root is not None else None
         self._snapshots: SnapshotCache[LexicalSnapshot] = SnapshotCache(
             store.generation, lambda snap: snap.generation,
-            lambda project, held: self._advance(project, held or self._load(project)))
+            lambda project, held: self._advance(project, held or self._load(project)),
+            lambda snap: snap.nbytes, max_bytes)
 
     def snapshot(self, project: str) -> LexicalSnapshot:
         return self._snapshots.get(project)
+
+    @property
+    def nbytes(self) -> int:
+        """What the snapshots held in memory weigh."""
+        return self._snapshots.nbytes
 
     def loaded(self, project: str) -> bool:
         """Whether a snapshot of the project is held in memory."""

@@ -29,7 +29,7 @@ BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "ta
                         "venv", "__pycache__", "site-packages", "vendor", "coverage", "htmlcov"})
 SNIFF_BYTES = 8192
 Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
-               "unreadable"]
+               "unreadable", "outside-repository"]
 
 
 @dataclass(frozen=True)
@@ -182,12 +182,19 @@ def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
     return "gitignored" if ignores.ignored(rel, False) else None
 
 
-def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool) -> Doc | Skip:
-    """The note at `file`, or why it is skipped (binary, too large, empty, unreadable)."""
+def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, root: Path) -> Doc | Skip:
+    """The note at `file`, or why it is skipped (binary, too large, empty, unreadable, or a link
+    leading out of the repository at `root`: a cloned repository must not pull any file its user
+    can read into an agent's context)."""
     try:
-        if file.stat().st_size > rules.max_bytes:
-            return "too-large"
-        data = file.read_bytes()
+        real = file.resolve(strict=True)
+        if not real.is_relative_to(root):
+            return "outside-repository"
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # read what was checked
+        with os.fdopen(fd, "rb") as stream:
+            if os.fstat(stream.fileno()).st_size > rules.max_bytes:
+                return "too-large"
+            data = stream.read()
     except OSError:
         return "unreadable"
     if b"\x00" in data[:SNIFF_BYTES]:

@@ -206,7 +206,8 @@ class NoteWatcher:
     def _read_all(self, under: str) -> dict[str, Doc]:
         docs = {}
         for rel, found in walk(self.tree, self.rules, under):
-            doc = found if isinstance(found, str) else read_doc(rel, found, self.rules, self.sink.redact)
+            doc = found if isinstance(found, str) else read_doc(rel, found, self.rules, self.sink.redact,
+                                                                self.tree.root)
             if isinstance(doc, Doc):
                 docs[rel] = doc
             else:
@@ -222,7 +223,7 @@ class NoteWatcher:
             self.docs.update(self._read_all(rel + "/"))
         elif Path(path).is_file():
             reason = classify(rel, self.rules, ignores_above(self.tree, rel))
-            doc = reason or read_doc(rel, Path(path), self.rules, self.sink.redact)
+            doc = reason or read_doc(rel, Path(path), self.rules, self.sink.redact, self.tree.root)
             if isinstance(doc, Doc):
                 self.docs[rel] = doc
             else:

@@ -7,6 +7,7 @@ derived indexes may keep their files beside the store. The SQL itself is `sql_st
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,6 +69,8 @@ class DuckDBStore(SqlStore):
         self._write_lock = threading.Lock()
         super().__init__()
         try:
+            if self.path.stat().st_uid == os.getuid():  # the rows are the user's alone, whatever the umask
+                os.chmod(self.path, 0o600)
             self._conn.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
             self.generations = Generations.of(self.path)
             self.generations.clear()

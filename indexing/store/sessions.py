@@ -5,6 +5,7 @@ query reaches."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
@@ -13,7 +14,7 @@ from agentmemrec.indexing.store.generations import CarriedCache
 from agentmemrec.indexing.store.protocol import Store
 
 Neighbours = dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
-SESSIONS_CACHED = 20_000  # sessions kept per project; the cache is dropped when full
+SESSIONS_CACHE_BYTES = 32 << 20  # per project: a session's order weighs what its members do
 
 
 @dataclass(frozen=True)
@@ -31,18 +32,23 @@ class _Order:
 class SessionIndex:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._orders: CarriedCache[str, _Order] = CarriedCache(store.generation, store.changed_between,
-                                                               self._carry)
+        self._orders: CarriedCache[str, _Order] = CarriedCache(
+            store.generation, store.changed_between, self._carry,
+            lambda name, order: sys.getsizeof(name) + 250 * len(order.neighbours), SESSIONS_CACHE_BYTES)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._orders.nbytes
 
     def around(self, project: str, sessions: Iterable[str | None]) -> SessionSnapshot:
         """The order of every unit in the named sessions (units without a session have none)."""
         names = sorted({s for s in sessions if s})
-        orders = self._orders.current(project)
+        cached = self._orders.current(project)
+        orders = {n: order for n in names if (order := cached.get(n)) is not None}
         missing = [n for n in names if n not in orders]
         if missing:
             fetched = self._read(project, missing)
-            if len(orders) + len(fetched) > SESSIONS_CACHED:
-                orders.clear()
+            cached.update(fetched)  # kept while they fit; this query reads them from here
             orders.update(fetched)
         neighbours: Neighbours = {}
         starts: dict[str, datetime] = {}

@@ -3,7 +3,13 @@
 A recall hands its explanation to a writer thread and returns; `explain_selection` finds it in
 memory until the thread has stored it (with whatever else queued meanwhile, in one
 transaction). Closing the log stores what is left. Each project keeps its newest
-`KEEP_SLATES` explanations."""
+`KEEP_SLATES` explanations. At most `MAX_QUEUED` wait: a recall beyond that waits for the writer.
+
+A process killed before its writer ran loses what was queued. So every slate id starts with its
+log's instance (4 hex digits), and before the first id is handed out the instance is recorded in
+the store (a row of its own in the slates table, under no project), and again when it closes: an
+id of an instance that started and never closed, whose explanation is missing, was lost when
+that process stopped."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import atexit
 import json
 import logging
 import threading
+import uuid
 import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -19,7 +26,15 @@ from agentmemrec.indexing.store.protocol import Store
 
 log = logging.getLogger(__name__)
 KEEP_SLATES = 500  # per project: the newest slates stay explainable (one is about 200 KB at pool 512)
+MAX_QUEUED = 64  # explanations waiting for the writer (each holds its recall's pool and features)
+QUEUE_WAIT_S = 10.0  # a writer that cannot store for this long is failing: the oldest is dropped
+STARTS = ""  # the project under which instances are recorded: no project has an empty name
+KEEP_STARTS = 1000  # instances remembered (a start and a close each)
 _running: "weakref.WeakSet[SlateLog]" = weakref.WeakSet()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 @atexit.register
@@ -29,20 +44,53 @@ def _close_at_exit() -> None:
         slates.close()
 
 
+def _marker(instance: str, event: str) -> str:
+    return f"s_{instance}:{event}"  # never a slate id (they are hex), so never explained as one
+
+
 class SlateLog:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._pending: dict[str, tuple[str, datetime, dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._instance: str | None = None
+        self._recording = threading.Lock()
+
+    @property
+    def instance(self) -> str:
+        """The prefix of this log's slate ids, recorded in the store before the first is used."""
+        with self._recording:
+            while self._instance is None:
+                candidate = uuid.uuid4().hex[:4]
+                if self.store.load_slate(_marker(candidate, "started")) is None:  # not a past one's
+                    self.store.save_slates([(_marker(candidate, "started"), STARTS, _now(), "{}")], KEEP_STARTS)
+                    self._instance = candidate
+            return self._instance
+
+    def lost(self, slate_id: str) -> bool:
+        """Whether this id was handed out by another instance on this store, which stopped
+        without closing (so without storing what it had queued)."""
+        instance = slate_id[2:6]
+        return (instance != self._instance and self.store.load_slate(_marker(instance, "started")) is not None
+                and self.store.load_slate(_marker(instance, "closed")) is None)
 
     def save(self, slate_id: str, project: str, payload: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
         """Queue an explanation; a callable is called on the writer thread (or when read first),
         so building the JSON costs the request nothing."""
         with self._lock:
-            self._pending[slate_id] = (project, datetime.now(timezone.utc).replace(tzinfo=None), payload)
+            if len(self._pending) >= MAX_QUEUED:
+                self._wake.set()
+                self._drained.wait_for(lambda: len(self._pending) < MAX_QUEUED, QUEUE_WAIT_S)
+            while len(self._pending) >= MAX_QUEUED:
+                dropped = next(iter(self._pending))
+                del self._pending[dropped]
+                log.warning("the explanation of slate %s was dropped: its writer has not stored one "
+                            "for %.0f s", dropped, QUEUE_WAIT_S)
+            self._pending[slate_id] = (project, _now(), payload)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentmemrec-slates", daemon=True)
                 self._thread.start()
@@ -78,6 +126,7 @@ class SlateLog:
         with self._lock:
             for slate_id in batch:
                 self._pending.pop(slate_id, None)
+            self._drained.notify_all()
 
     def _run(self) -> None:
         while not self._closed:
@@ -95,3 +144,5 @@ class SlateLog:
             self._thread.join(timeout=30)
         _running.discard(self)
         self.flush()
+        if self._instance is not None:
+            self.store.save_slates([(_marker(self._instance, "closed"), STARTS, _now(), "{}")], KEEP_STARTS)

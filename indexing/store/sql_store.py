@@ -12,6 +12,7 @@ moved, and how vectors are kept (`duckdb_store`, `postgres_store`).
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -24,7 +25,11 @@ from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, V
 from agentmemrec.indexing.store.writes import Prepared, resolve_all, write_batch
 from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash
 
-UNIT_CACHE = 50_000  # units kept per project (a few tens of MB); the cache is dropped when full
+UNIT_CACHE_BYTES = 64 << 20  # per project: units weigh what their text does, up to 128 KiB each
+
+
+def _unit_size(_: int, unit: Unit) -> int:
+    return sys.getsizeof(unit.text) + 600  # the text and about a dozen short fields
 
 
 class Cursor(Protocol):
@@ -48,7 +53,8 @@ class SqlStore(ABC):
         self._units: CarriedCache[int, Unit] = CarriedCache(
             self.generation, self.changed_between,
             lambda _, units, changed: {i: u for i, u in units.items()
-                                       if i not in changed and u.kind != "decision"})
+                                       if i not in changed and u.kind != "decision"},
+            _unit_size, UNIT_CACHE_BYTES)
 
     # ---- what a backend supplies ----------------------------------------------------------------
 
@@ -192,6 +198,11 @@ class SqlStore(ABC):
             f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND kind = 'decision' "
             "ORDER BY recorded_at DESC, id DESC", [project])]
 
+    @property
+    def cached_bytes(self) -> int:
+        """What the unit cache holds, all projects."""
+        return self._units.nbytes
+
     def units(self, project: str, ids: Iterable[int]) -> dict[int, Unit]:
         """A project's units by id (others' ids are left out), read through a cache of the
         project's current generation: a pool's units are mostly the ones recent recalls fetched."""
@@ -203,9 +214,7 @@ class SqlStore(ABC):
         missing = [i for i in ids if i not in found]
         if missing:
             fetched = self._units_in(None, project, missing)
-            if len(cache) + len(fetched) > UNIT_CACHE:
-                cache.clear()
-            cache.update(fetched)
+            cache.update(fetched)  # kept while they fit; this call returns them from `found`
             found.update(fetched)
         return found
 

@@ -8,6 +8,7 @@ anything heavy is imported: this module imports only the standard library at the
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.umask(0o077)  # what this process creates (store, indexes, socket, offsets) is its user's alone
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["hook"]:
         from agentmemrec.server.hook_process import main as hook  # noqa: PLC0415

@@ -9,10 +9,12 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.cli.common import (
     device_arg,
     note_args,
+    positive,
     project_args,
     redact_arg,
     rerank_arg,
@@ -38,6 +40,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     device_arg(p)
     rerank_arg(p)
+    p.add_argument("--index-memory", type=positive, default=INDEX_MEMORY >> 20, metavar="MIB",
+                   help=f"memory each index (BM25, dense) keeps for projects' snapshots; the least "
+                        f"recently used project's is dropped first (default {INDEX_MEMORY >> 20})")
     p.add_argument("--ranker-model", type=Path, default=None, help="ranker model file (default: shipped)")
     p.add_argument("--watch", action="append", default=[], metavar="DIR",
                    help="keep this folder's notes and ADRs in the project (repeatable)")
@@ -64,7 +69,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def serve_settings(args: argparse.Namespace) -> Settings:
     return Settings.load(args.project, args.allow, store=args.store, pool_size=args.pool_size, device=args.device,
-                         rerank_limit=args.rerank_limit,
+                         rerank_limit=args.rerank_limit, index_memory_mib=args.index_memory,
                          ranker_model=args.ranker_model, http=args.http,
                          max_request_bytes=args.max_request_bytes, watch=watch_folders(args.watch),
                          capture_claude_code=args.capture_claude_code, **source_settings(args))

@@ -19,7 +19,7 @@ from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.cli import main
 
-from helpers import write_locomo
+from helpers import PETS, write_locomo
 
 T = datetime(2026, 5, 1)
 
@@ -200,3 +200,37 @@ def test_a_damaged_ranker_file_falls_back_to_fusion_order(home, tmp_path):
     assert memory.ranker.name == "pool-order"
     assert any("cannot read ranker model" in n for n in memory.notes("p"))
     memory.close()
+
+
+def write_askers(path, seed: int) -> None:
+    """A conversation where pool order must fail and the features make the answer plain: for each
+    pet, ten turns ask about where it sleeps, in the question's own words (BM25 and the embedder
+    rank them first), and one turn, in fewer of those words, tells it."""
+    import random
+    rng = random.Random(seed)
+    conv: dict = {"speaker_a": "Ana", "speaker_b": "Bo"}
+    qa = []
+    for s, pet in enumerate(PETS[:6], start=1):
+        place = rng.choice(["blue basket", "attic", "garage", "red sofa", "laundry room", "porch"])
+        rows = [{"speaker": "Bo", "dia_id": f"D{s}:{t}",
+                 "text": rng.choice([f"Where does {pet} sleep?", f"Where does {pet} sleep at night?",
+                                     f"Does {pet} sleep well? Where does {pet} sleep?"])} for t in range(1, 11)]
+        rows.insert(rng.randint(0, 10), {"speaker": "Ana", "dia_id": f"D{s}:11", "text": f"{pet} naps in the {place}."})
+        conv[f"session_{s}_date_time"] = f"10:00 am on {s} May, 2023"
+        conv[f"session_{s}"] = rows
+        qa.append({"question": f"Where does {pet} sleep?", "answer": place, "evidence": [f"D{s}:11"], "category": 4})
+    path.write_text(json.dumps({**conv, "qa": qa}))
+
+
+def test_the_learned_ranker_beats_pool_order_where_the_features_must_decide(minilm_home, monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    (tmp_path / "train").mkdir()
+    for i in range(3):
+        write_askers(tmp_path / "train" / f"conv-{i}.json", seed=i)
+    write_askers(tmp_path / "held-out.json", seed=3)  # ranked by a model that never saw it
+    model, out = tmp_path / "ranker.json", tmp_path / "r.json"
+    assert main(["train", "locomo", str(tmp_path / "train"), "--out", str(model)]) == 0
+    assert main(["eval", "locomo", str(tmp_path / "held-out.json"), "--variant", "rrf", "--variant", "full",
+                 "--ranker-model", str(model), "--budget", "200", "--json", str(out)]) == 0
+    slate = {r["variant"]: r["slate_completeness"] for r in json.loads(out.read_text())["records"]}
+    assert slate["rrf"] <= 0.5 and slate["full"] >= 5 / 6, slate

@@ -24,10 +24,13 @@ LATER, LATER_BATCH = 100, 10  # phase 2, during which the owner is killed: 3 x 1
 OWNER_LATER = 2000  # the owner's client writes on until its process is killed
 
 
-def batch(lane: int, start: int, size: int) -> list[dict]:
+def text_of(lane: int, i: int) -> str:
     # Each item carries a token no other item has, so a recall for it must find exactly it.
-    return [turn(f"Lane {lane} item {i} is marked zq{lane}x{i} for the recall check.", ref=f"l{lane}-{i}",
-                 session=f"lane-{lane}") for i in range(start, start + size)]
+    return f"Lane {lane} item {i} is marked zq{lane}x{i} for the recall check."
+
+
+def batch(lane: int, start: int, size: int) -> list[dict]:
+    return [turn(text_of(lane, i), ref=f"l{lane}-{i}", session=f"lane-{lane}") for i in range(start, start + size)]
 
 
 async def write_lane(client: Client, lane: int, start: int, count: int, size: int,
@@ -46,11 +49,11 @@ def owner_pid(home: Path) -> int:
     return int((home / "owner.lock").read_text().strip())
 
 
-def stored_refs(home: Path) -> list[str]:
+def stored_rows(home: Path) -> list[tuple[str, str]]:
     con = duckdb.connect(str(home / "memory.duckdb"), read_only=True)
-    refs = [r for (r,) in con.execute("SELECT ref FROM units").fetchall()]
+    rows = con.execute("SELECT ref, text FROM units").fetchall()
     con.close()
-    return refs
+    return rows
 
 
 async def test_four_servers_share_one_store_and_survive_the_owner_being_killed(tmp_path):
@@ -103,7 +106,14 @@ async def test_four_servers_share_one_store_and_survive_the_owner_being_killed(t
         after = await call(clients[2], "recall_slate", query="zq3x550")  # reads go on after the kill
         assert "l3-550" in [i["ref"] for i in after["items"]]
         clients.pop(0)  # its process is gone; the SDK client only needs to be left
-    refs = stored_refs(home)
-    assert len(refs) == len(set(refs))  # nothing twice
-    assert acked <= set(refs)  # nothing acknowledged was lost
-    assert {f"l{lane}-{i}" for lane in range(1, PROCESSES) for i in range(ITEMS + LATER)} <= set(refs)
+    rows = stored_rows(home)
+    texts: dict[str, list[str]] = {}
+    for ref, text in rows:
+        texts.setdefault(ref, []).append(text)
+    expected = {f"l{lane}-{i}": [text_of(lane, i)] for lane in range(PROCESSES) for i in range(ITEMS + OWNER_LATER)}
+    # every acknowledged item is there once, with exactly the text written for it
+    assert {ref: texts.get(ref) for ref in acked} == {ref: expected[ref] for ref in acked}
+    # and so is every survivor's item; what was never acknowledged can only be from the owner's
+    # lane, written before its process died and its reply was lost
+    assert {f"l{lane}-{i}" for lane in range(1, PROCESSES) for i in range(ITEMS + LATER)} <= acked
+    assert all(ref.startswith("l0-") and texts[ref] == expected[ref] for ref in set(texts) - acked)

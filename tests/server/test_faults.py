@@ -18,12 +18,15 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from agentmemrec.indexing.lexical.index import LexicalIndex
+from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
+from agentmemrec.indexing.store import slates
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
 
-from helpers import call, settings_for
+from helpers import call, settings_for, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -231,3 +234,53 @@ def test_ids_saved_with_the_snapshot_are_checked_not_trusted(home):
     arrays["ids"] = arrays["ids"][::-1].copy()  # same length, wrong order: the row count cannot tell
     np.savez(part, **arrays)
     assert_index_agrees_with_rows(home)
+
+
+class CrashingSlates(DuckDBStore):
+    """A store whose explanations never get stored while `down`: the process that queued them is
+    as good as killed before its writer ran."""
+
+    down = True
+
+    def save_slates(self, rows, keep):  # noqa: ANN001, ANN201 - the Store protocol's signature
+        if self.down and any(project for _, project, _, _ in rows):
+            raise OSError("killed before the explanation was stored")
+        return super().save_slates(rows, keep)
+
+
+def _memory_on(store) -> Memory:  # noqa: ANN001
+    return Memory(store, [Bm25Channel(LexicalIndex(store, None))])
+
+
+def test_an_explanation_lost_with_its_process_says_so_after_the_restart(tmp_path):
+    dying = CrashingSlates(tmp_path / "memory.duckdb")
+    before = _memory_on(dying)
+    before.remember("p", [turn("payments move to kafka in may")])
+    slate = before.recall("p", "kafka payments")
+    after = _memory_on(DuckDBStore(tmp_path / "memory.duckdb"))  # the next owner, on the same file
+    try:
+        with pytest.raises(InputError, match="was lost: the process that owned the memory store stopped"):
+            after.explain(slate.slate_id, {"p"})
+        later = after.recall("p", "kafka payments")
+        assert after.explain(later.slate_id, {"p"})["candidates"]
+        with pytest.raises(InputError, match="unknown slate id"):
+            after.explain("s_" + "0" * 12, {"p"})
+    finally:
+        dying.down = False
+        before.close()
+        after.close()
+
+
+def test_explanations_waiting_for_a_stuck_writer_are_bounded(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(slates, "QUEUE_WAIT_S", 0.01)
+    store = CrashingSlates(tmp_path / "memory.duckdb")
+    memory = _memory_on(store)
+    memory.remember("p", [turn("payments move to kafka in may")])
+    ids = [memory.recall("p", "kafka payments").slate_id for _ in range(slates.MAX_QUEUED + 6)]
+    try:
+        with pytest.raises(InputError, match="unknown slate id"):
+            memory.explain(ids[0], {"p"})  # the oldest was dropped, and said so in the log
+        assert memory.explain(ids[-1], {"p"})["candidates"] and "was dropped" in caplog.text
+    finally:
+        store.down = False
+        memory.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any, Callable
 
@@ -168,6 +169,54 @@ def _bad_item(raw: dict[str, Any]) -> bool:
                    for f in ("ref", "session", "speaker", "title", "path")))
 
 
+ONE_LINE = ("ref", "session", "speaker", "title", "path")
+SAFE_AS_OF = (None, "2026-05-02T14:30:00Z")
+
+
+def must_succeed(tool: str, args: dict[str, Any]) -> bool:
+    """Calls that are valid on their face (the other half of the oracle): every one must be
+    accepted. Conservative: what depends on the store's state (supersession, what a forget finds)
+    is left to the first half."""
+    if args.get("project") not in (None, "alpha", "beta"):
+        return False
+    if tool == "remember":
+        items = args["items"]
+        if not (isinstance(items, list) and 0 < len(items) <= 1000 and all(_plainly_valid(i) for i in items)):
+            return False
+        keys = [i.get("ref") or (("path", i.get("path")) if i["kind"] == "note" else None) for i in items]
+        keys = [k.strip() if isinstance(k, str) else k for k in keys if k is not None]
+        return len(keys) == len(set(keys))
+    if tool == "recall_slate":
+        budget, query = args.get("budget_tokens", 2700), args["query"]
+        return (isinstance(query, str) and legal(query) and len(query) <= 8000 and args.get("as_of") in SAFE_AS_OF
+                and isinstance(budget, int) and not isinstance(budget, bool) and 200 <= budget <= 200_000)
+    if tool == "explain_selection":
+        refs = args.get("refs")
+        return isinstance(args["slate_id"], str) and args["slate_id"] in SERVED and (refs is None or (isinstance(refs, list) and all(
+            isinstance(r, str) and legal(r) and _one_line(r) for r in refs)))
+    return False
+
+
+def _one_line(value: str) -> bool:
+    """At most 512 characters with no line break or control character (a tab is neither)."""
+    return len(value.strip()) <= 512 and not any(
+        (unicodedata.category(c) == "Cc" and c != "\t") or c in "\u2028\u2029" for c in value.strip())
+
+
+def _plainly_valid(raw: Any) -> bool:
+    """An item every rule accepts: known kind and fields, legal text, one-line fields on one line,
+    and no supersession (whether one is valid depends on what is stored)."""
+    if not isinstance(raw, dict) or set(raw) - {"kind", "text", "ref", "session", "speaker", "title", "path"}:
+        return False
+    text = raw.get("text")
+    return (raw.get("kind") in ("turn", "decision", "note") and isinstance(text, str) and legal(text)
+            and len(text.encode("utf-8")) <= 128 * 1024
+            and all(raw.get(f) is None or (isinstance(raw[f], str) and legal(raw[f]) and _one_line(raw[f]))
+                    for f in ONE_LINE)
+            and not (isinstance(raw.get("path"), str) and re.match(r"^\s*([/~\\]|[A-Za-z]:)|(^|.*[/\\])\.\.([/\\]|$)",
+                                                              raw["path"])))
+
+
 SECTION = re.compile(r"## (decisions|notes|conversation|session .+ \(\d{4}-\d\d-\d\d \d\d:\d\d\))")
 
 
@@ -185,6 +234,7 @@ async def check_call(client: Any, state: Callable[[], str], tool: str, args: dic
     result = await client.call_tool(tool, args)  # an MCPError (store unavailable) fails the test
     if result.is_error:
         message = result.content[0].text
+        assert not must_succeed(tool, args), f"{tool} refused a valid call ({message}): {args!r}"
         assert message.strip() not in (f"Error executing tool {tool}", f"Error executing tool {tool}:"), args
         assert len(message) > len(f"Error executing tool {tool}: ") + 10, message
         assert state() == before, f"a refused {tool} changed the store: {args!r}"

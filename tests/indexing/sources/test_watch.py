@@ -234,3 +234,20 @@ async def test_a_folder_reached_through_a_symlink_is_watched(memory, repo, tmp_p
         write(repo / "docs" / "linked.md", "Reached through a symlink.")
         change = await next_change(reports)
     assert first.paths == ("docs/guide.md",) and change.paths == ("docs/linked.md",)
+
+
+async def test_a_link_leading_out_of_the_repository_is_never_read(memory, repo, tmp_path):
+    outside = tmp_path / "elsewhere"
+    write(outside / "aws.md", "zebra credentials kept outside the repository")
+    (repo / "docs" / "x.md").symlink_to(outside / "aws.md")
+    (repo / "docs" / "linked").symlink_to(outside, target_is_directory=True)
+    write(repo / "docs" / "real.md", "the zebra note inside the repository")
+    (repo / "docs" / "alias.md").symlink_to(repo / "docs" / "real.md")  # a link inside is fine
+    async with watching(memory, repo / "docs") as (first, reports):
+        (repo / "docs" / "late.md").symlink_to(outside / "aws.md")  # one made while watching
+        write(repo / "docs" / "zebra.md", "a zebra note written after the link")
+        await next_change(reports)
+    assert "docs/alias.md" in first.paths and "docs/x.md" not in first.paths
+    stored = [u.text for i in memory.store.ids_for(PROJECT, "file:docs/late.md")
+              for u in memory.store.units(PROJECT, [i]).values()]
+    assert stored == [] and "outside the repository" not in context(memory, "zebra credentials kept")
