@@ -68,7 +68,8 @@ def has_fp16_copy(model_dir: Path) -> bool:
 
 
 def ensure_installed(home: Path, role: str, max_length: int) -> Path:
-    from agentmemrec.indexing.dense.models import install, models_dir
+    from agentmemrec.indexing.dense.install import install
+    from agentmemrec.indexing.dense.models import models_dir
     name = f"xlmr-large-random-{role}"
     if not has_fp16_copy(models_dir(home) / name):
         source = home / "sources" / role
@@ -139,7 +140,8 @@ def bench_reranker(model_dir: Path, spec: str, pairs: int, tokens: int, repeats:
 
 
 def bench_minilm(home: Path, spec: str, n: int, repeats: int) -> dict | None:
-    from agentmemrec.indexing.dense.models import install, models_dir, resolve_source
+    from agentmemrec.indexing.dense.install import install, resolve_source
+    from agentmemrec.indexing.dense.models import models_dir
     source = resolve_source("all-MiniLM-L6-v2")
     if source == "all-MiniLM-L6-v2":
         return None

