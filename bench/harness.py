@@ -89,6 +89,20 @@ class TimedEmbedder:
         return out
 
 
+class TimedReranker:
+    """Wraps a cross-encoder and records how long each query's scoring took."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.seconds = inner, []
+        self.identity, self.device, self.limit, self.max_tokens = inner.identity, inner.device, inner.limit, inner.max_tokens
+
+    def score(self, query: str, texts: Any) -> Any:
+        t0 = time.perf_counter()
+        out = self.inner.score(query, texts)
+        self.seconds.append(time.perf_counter() - t0)
+        return out
+
+
 class TimedRanker:
     """A ranker (features + model) that records how long each ranking took."""
 

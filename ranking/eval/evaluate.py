@@ -23,16 +23,16 @@ from tqdm import tqdm
 from agentmemrec.indexing.dense.backfill import embed_pending
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
-from agentmemrec.indexing.dense.models import INSTALL_HINT
-from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.dense.models import INSTALL_HINT, active, models_dir
+from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 from agentmemrec.ranking.candidates import DEFAULT_POOL
-from agentmemrec.ranking.cross_encoder import Reranker, load_reranker
+from agentmemrec.ranking.cross_encoder import DEFAULT_LIMIT, CachedReranker, OnnxReranker, Reranker
 from agentmemrec.ranking.eval.benchmarks import Case, Question, read_cases
 from agentmemrec.ranking.eval.metrics import Outcome, by_category, summarize
-from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranker
 from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build, load_embedder
 from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
 
@@ -49,13 +49,15 @@ class Unavailable(Exception):
 
 @dataclass(frozen=True)
 class EvalModels:
-    """Models loaded once for a whole run, and the embedding cache shared by its stores."""
+    """Models loaded once for a whole run, and the cache of embeddings and cross-encoder logits
+    shared by its stores."""
 
     embedder: Embedder | None = None
     reranker: Reranker | None = None
     cache: EmbeddingCache | None = None
     missing: str = "no embedder installed"
-    ranker_model: RankerModel | None = None  # default: the model shipped in the package
+    ranker_model: RankerModel | None = None  # `full`'s model: the one the server would choose
+    ranker_note: str | None = None  # why that model does not match the active models
 
 
 class CaseStores:
@@ -79,8 +81,13 @@ class CaseStores:
                               "BAAI/bge-reranker-v2-m3 --as reranker")
         return self.models.reranker
 
-    def ranker_model(self) -> RankerModel:
-        return self.models.ranker_model or RankerModel.load()
+    def channels(self) -> list:
+        """What the server would search with these models: BM25, and the dense channel if any."""
+        return [self.bm25] + ([DenseChannel(self.dense_index)] if self.dense_index else [])
+
+    def full(self) -> LearnedRanker:
+        model = self.models.ranker_model
+        return LearnedRanker(model, self.models.reranker if model and model.uses_reranker else None)
 
     def memory(self, channels: list, ranker: Ranker | None = None) -> Memory:
         return Memory(self.store, channels, ranker, self.config, dense=self.dense_index)
@@ -91,22 +98,42 @@ VARIANTS: dict[str, Callable[[CaseStores], Memory]] = {
     "dense": lambda c: c.memory([c.dense()]),
     "rrf": lambda c: c.memory([c.bm25, c.dense()]),
     "rerank": lambda c: c.memory([c.bm25, c.dense()], CrossEncoderRanker(c.reranker())),
-    "full": lambda c: c.memory([c.bm25, c.dense()], LearnedRanker(c.ranker_model(), c.models.reranker)),
+    "full": lambda c: c.memory(c.channels(), c.full()),  # the server's pipeline for the active models
     # features only, in pool order: what training and cross-validation collect
-    FEATURES_VARIANT: lambda c: c.memory([c.bm25, c.dense()], LearnedRanker(None, c.models.reranker)),
+    FEATURES_VARIANT: lambda c: c.memory(c.channels(), LearnedRanker(None, c.models.reranker)),
 }
 
 
-def load_models(home: Path, variants: Sequence[str], device: str = "auto",
-                rerank_limit: int | None = None, cache: bool = True,
-                ranker_model: RankerModel | None = None) -> EvalModels:
-    """The active models of `home`, loaded only if a requested variant needs them."""
+def load_models(home: Path, variants: Sequence[str], device: str = "auto", cache: bool = True,
+                ranker_path: Path | None = None, rerank_depth: int | None = None,
+                rerank_tokens: int | None = None, training: bool = False) -> EvalModels:
+    """The active models of `home`, loaded only if a requested variant needs them; `full` ranks
+    with the model the server would choose for them (or `ranker_path`). The cross-encoder runs
+    where that model uses it, and in training (`training`) whenever one is active, at
+    `rerank_depth` candidates and `rerank_tokens` tokens a pair, by default the chosen model's."""
     check_variants(variants)
-    needs_dense = any(v != "bm25" for v in variants)
+    needs_dense = training or any(v != "bm25" for v in variants)
     embedder = load_embedder(home, device) if needs_dense else None
-    reranker = load_reranker(home, device, rerank_limit) if "rerank" in variants or "full" in variants else None
-    return EvalModels(embedder, reranker, open_cache(home) if cache and embedder is not None else None,
-                      f"no embedder installed under {home}; install one with: {INSTALL_HINT}", ranker_model)
+    manifest = active(home)["reranker"]
+    model, note = None, None
+    if training or "full" in variants:
+        try:
+            model, note = choose_ranker(embedder.identity if embedder else None,
+                                        manifest.identity if manifest else None, ranker_path)
+        except StoreError:
+            if not training:  # training needs no model: it makes one
+                raise
+    wanted = training or "rerank" in variants or (model is not None and model.uses_reranker)
+    store = open_cache(home, "embeddings") if cache and embedder is not None else None
+    reranker: Reranker | None = None
+    if manifest is not None and wanted:
+        depth = rerank_depth or (model.rerank_depth if model and model.uses_reranker else 0) or DEFAULT_LIMIT
+        tokens = rerank_tokens or (model.rerank_tokens if model and model.uses_reranker else None)
+        reranker = OnnxReranker(models_dir(home) / manifest.name, device, manifest, depth, tokens)
+        logits = open_cache(home, "cross-encoder") if cache else None
+        reranker = CachedReranker(reranker, logits) if logits is not None else reranker
+    return EvalModels(embedder, reranker, store, f"no embedder installed under {home}; install one with: "
+                      f"{INSTALL_HINT}", model, note)
 
 
 def check_variants(variants: Sequence[str]) -> list[str]:
@@ -117,11 +144,12 @@ def check_variants(variants: Sequence[str]) -> list[str]:
     return list(variants)
 
 
-def open_cache(home: Path) -> EmbeddingCache | None:
+def open_cache(home: Path, name: str) -> EmbeddingCache | None:
+    """`embeddings` or `cross-encoder` logits: a file each, so one run's lock does not stop the other."""
     try:
-        return EmbeddingCache(home / "cache" / "embeddings.duckdb")
+        return EmbeddingCache(home / "cache" / f"{name}.duckdb")
     except duckdb.IOException as exc:  # another evaluation holds it: run without, say so
-        log.warning("embedding cache unavailable (%s); embedding without it", str(exc).split(":")[0])
+        log.warning("%s cache unavailable (%s); computing without it", name, str(exc).split(":")[0])
         return None
 
 

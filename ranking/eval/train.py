@@ -20,6 +20,7 @@ import lightgbm as lgb
 import numpy as np
 
 from agentmemrec.ranking.eval.benchmarks import data_digest
+from agentmemrec.ranking.cross_encoder import Reranker
 from agentmemrec.ranking.eval.evaluate import Kept, VariantRun, record_selection
 from agentmemrec.ranking.features import DENSE_FEATURES, FEATURE_NAMES, GROUP_OF
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
@@ -150,14 +151,16 @@ def train_ensemble(groups: Sequence[Group], drop: Sequence[str] = (), seed: int 
 
 
 def train_model(groups: Sequence[Group], data: list[dict[str, Any]], embedder: str | None,
-                reranker: str | None, seed: int = 0) -> RankerModel:
+                reranker: Reranker | None, seed: int = 0) -> RankerModel:
     """An ensemble of boosters (see `train_ensemble`), each trained on all the questions for the
     number of rounds early stopping chose for it on held-out conversations."""
     boosters, metrics = train_ensemble(groups, seed=seed)
     gain = np.sum([b.feature_importance("gain") for b in boosters], axis=0)
     importance = dict(zip(FEATURE_NAMES, gain.round(1).tolist()))
-    meta = {"embedder": embedder, "reranker": reranker, "data": data, "data_sha256": data_digest(data),
-            "metrics": metrics[0],
+    meta = {"embedder": embedder, "reranker": reranker.identity if reranker else None,
+            "rerank_depth": reranker.limit if reranker else 0,
+            "rerank_tokens": reranker.max_tokens if reranker else None,
+            "data": data, "data_sha256": data_digest(data), "metrics": metrics[0],
             "ensemble": {"size": len(boosters), "best_iterations": [m["best_iteration"] for m in metrics]},
             "questions": len(groups), "params": PARAMS, "dense_dropout": DENSE_DROPOUT,
             "feature_gain": importance, "groups": sorted(set(GROUP_OF.values())),

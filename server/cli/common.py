@@ -64,7 +64,8 @@ def positive(text: str) -> int:
 
 def rerank_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank-limit", type=positive, default=None,
-                   help="candidates the cross-encoder scores (default: 24 on CPU, 128 on GPU)")
+                   help="candidates the cross-encoder scores, where the ranker uses one (default: as many "
+                        "as the ranker was trained with)")
 
 
 def source_settings(args: argparse.Namespace) -> dict[str, Any]:

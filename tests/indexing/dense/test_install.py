@@ -29,8 +29,8 @@ def _sha256(path: Path) -> str:
 
 
 def test_the_default_set_installs_int8_models_that_stay_on_cpu(default_home):
-    chosen = active(default_home)
-    embedder, reranker = chosen["embedder"], chosen["reranker"]
+    embedder, reranker = (read_manifest(models_dir(default_home) / n) for n in ("bge-small-en-v1.5",
+                                                                                  "ms-marco-MiniLM-L-12-v2"))
     assert (embedder.name, embedder.source, embedder.pooling, embedder.dim) == \
         ("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", "cls", 384)
     assert (reranker.name, reranker.source, reranker.dim) == \

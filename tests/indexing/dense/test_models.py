@@ -13,22 +13,17 @@ import dataclasses
 import hashlib
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from mcp import Client
 
 from agentmemrec.indexing.dense.embedder import OnnxEmbedder
 from agentmemrec.indexing.dense.models import Manifest, active, installed, models_dir, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import cuda_usable, plan_session, resolve_device
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.ranking.cross_encoder import OnnxReranker
-from agentmemrec.server.app import create_server
-from agentmemrec.server.cli import build_parser, main, serve_settings
-
-from helpers import call, turn
+from agentmemrec.server.cli import main
 
 torch = pytest.importorskip("torch", reason="the model tests need the test extra (torch)")
 SENTENCES = ["The deploy pipeline runs on GitHub Actions.", "We chose Kafka for payment events.",
@@ -255,18 +250,3 @@ def test_install_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
     assert main(["models", "install", str(tmp_path / "nowhere"), "--as", "embedder"]) == 2
     assert "cannot read model" in capsys.readouterr().err
     assert not (tmp_path / "models" / "active.json").exists()
-
-
-@pytest.mark.anyio
-async def test_serve_rerank_limit_sets_how_many_candidates_the_cross_encoder_scores(reranker_home, tmp_path):
-    home, _ = reranker_home
-    store_home = tmp_path / "home"
-    shutil.copytree(home / "models", store_home / "models")
-    args = build_parser().parse_args(["serve", "--project", "alpha", "--rerank-limit", "3"])
-    settings = replace(serve_settings(args), home=store_home)
-    async with Client(create_server(settings)) as client:
-        await call(client, "remember", items=[turn(f"payment events go through broker {i}") for i in range(12)])
-        slate = await call(client, "recall_slate", query="which broker do payment events use")
-        why = await call(client, "explain_selection", slate_id=slate["slate_id"])
-    scored = [c for c in why["candidates"] if c["features"]["cross_encoder_z"] is not None]
-    assert len(why["candidates"]) == 12 and len(scored) == 3
