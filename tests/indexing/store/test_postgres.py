@@ -57,7 +57,7 @@ def memory_on(store, embedder) -> Memory:
     dense = DenseIndex(store, embedder)
     root = store.index_dir / "bm25" if store.index_dir else None
     return Memory(store, [Bm25Channel(LexicalIndex(store, root)), DenseChannel(dense)],
-                  LearnedRanker(RankerModel.load()), dense=dense)
+                  LearnedRanker(RankerModel.shipped("embedder-ranker.json")), dense=dense)
 
 
 def test_the_same_writes_give_the_same_scores_rankings_and_slates_on_both_backends(tmp_path, pg_url):
