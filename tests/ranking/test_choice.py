@@ -29,11 +29,12 @@ QUERY = "Which broker carries payment events, and how are they replayed?"
 EMBEDDER, RERANKER = "bge-small-en-v1.5", "ms-marco-MiniLM-L-12-v2"
 
 
-def _copy(home: Path, tmp_path: Path, reranker: bool = False) -> Path:
+def _copy(home: Path, tmp_path: Path, reranker: bool | None = None) -> Path:
+    """A copy of a home's models; `reranker` True or False makes the cross-encoder active or not."""
     target = tmp_path / "home"
     shutil.copytree(models_dir(home), models_dir(target))
-    if reranker:
-        activate(target, "reranker", RERANKER)
+    if reranker is not None:
+        activate(target, "reranker", RERANKER if reranker else None)
     return target
 
 

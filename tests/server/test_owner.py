@@ -156,7 +156,7 @@ def test_redaction_is_decided_by_the_caller_even_when_the_owner_stores_verbatim(
 
 def test_the_pool_size_is_the_callers_and_a_ranker_the_owner_cannot_run_is_refused(home, tmp_path):
     shipped = tmp_path / "ranker.json"
-    shipped.write_bytes((resources.files("agentmemrec.ranking") / "models" / "default-ranker.json").read_bytes())
+    shipped.write_bytes((resources.files("agentmemrec.ranking") / "models" / "lexical-ranker.json").read_bytes())
     owner = shared_memory(Settings(home=home)).start()
     small = shared_memory(Settings(home=home, pool_size=3)).start()
     other_ranker = shared_memory(Settings(home=home, ranker_model=shipped)).start()
