@@ -31,7 +31,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     m.add_argument("--name", default=None, help="name under the models dir (default: from the source)")
     msub.add_parser("list", help="installed models, which are active, and where they run")
     d = msub.add_parser("deactivate", help="stop using the active model of a role (it stays installed)")
-    d.add_argument("role", choices=["embedder", "reranker"])
+    d.add_argument("role", choices=["embedder", "reranker"], help="the role whose model is no longer used")
     return {"models": cmd_models}
 
 
