@@ -223,8 +223,7 @@ class Memory:
                          self._slate_inputs(project, ranked, excluded, sessions))
 
     def _say_problems(self) -> None:
-        """Each degradation is logged once, at the first recall that meets it, so commands that
-        never recall (tokens, forget, import) do not repeat it."""
+        """Each degradation is logged once, at the first recall (commands that never recall are quiet)."""
         with self._lifecycle:
             unsaid, self._unsaid = self._unsaid, []
         for problem in unsaid:
@@ -235,8 +234,7 @@ class Memory:
         reranker = getattr(self.ranker, "reranker", None)
         model = getattr(self.ranker, "model", None)
         return {"embedder": self.dense.embedder.identity if self.dense else None,
-                "cross_encoder": reranker.identity if reranker else None,
-                "cross_encoder_depth": reranker.limit if reranker else 0,
+                "cross_encoder": reranker.identity if reranker else None, "cross_encoder_depth": getattr(reranker, "limit", 0),
                 "ranker": model.meta.get("file") if model else self.ranker.name}
 
     def build(self, selection: "Selection", budget: int) -> Slate:
@@ -385,7 +383,7 @@ def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
 
 
 def _open_embedder(home: Path, device: str) -> tuple[Embedder | None, list[str]]:
-    try:
+    try:  # a broken model degrades to BM25, said in every explanation
         return load_embedder(home, device), []
     except StoreError as exc:
         return None, [f"embedder unusable ({exc}); candidates come from BM25 only"]
