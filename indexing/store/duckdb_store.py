@@ -21,9 +21,9 @@ from agentmemrec.indexing.store.generations import Generations
 from agentmemrec.indexing.store.migrations import MIGRATIONS
 from agentmemrec.indexing.store.protocol import Vectors, WriteResult
 from agentmemrec.indexing.store.sql_store import Cursor, SqlStore
-from agentmemrec.indexing.units import Unit
 from agentmemrec.indexing.store.vectors import SqlVectors
 from agentmemrec.indexing.store.writes import Prepared, now
+from agentmemrec.indexing.units import Unit
 
 __all__ = ["MIGRATIONS", "DatabaseError", "DuckDBStore", "id_filter"]
 

@@ -33,7 +33,8 @@ from agentmemrec.ranking.cross_encoder import DEFAULT_LIMIT, CachedReranker, Onn
 from agentmemrec.ranking.eval.benchmarks import Case, Question, read_cases
 from agentmemrec.ranking.eval.metrics import Outcome, by_category, summarize
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranker
-from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build, load_embedder
+from agentmemrec.ranking.loading import load_embedder
+from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build
 from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import lightgbm as lgb
 import numpy as np
 
-from agentmemrec.ranking.eval.benchmarks import data_digest
 from agentmemrec.ranking.cross_encoder import Reranker
+from agentmemrec.ranking.eval.benchmarks import data_digest
 from agentmemrec.ranking.eval.evaluate import Kept, VariantRun, record_selection
 from agentmemrec.ranking.features import DENSE_FEATURES, FEATURE_NAMES, GROUP_OF
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel

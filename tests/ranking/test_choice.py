@@ -18,7 +18,7 @@ from agentmemrec.indexing.dense.models import activate, active, models_dir
 from agentmemrec.ranking.learned import RETRAIN, choose_ranker, shipped_models
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.cli import main
-from agentmemrec.server.settings import HOME_ENV
+from agentmemrec.server.owner_socket import HOME_ENV
 
 from helpers import turn, write_locomo
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pg_server
 import psycopg
 import pytest
 
 from agentmemrec.indexing.store.postgres_store import fresh_schema
 from agentmemrec.server.cli import main
 
-import pg_server
 from helpers import Server, call, http_server, mcp_client, turn
 
 pytestmark = pytest.mark.anyio

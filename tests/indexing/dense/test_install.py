@@ -4,13 +4,11 @@ export, and a hub id served from the local Hugging Face cache. Real int8 models 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from agentmemrec.indexing.dense.default_set import CPU_SET, wheel_cache
 from agentmemrec.indexing.dense.embedder import OnnxEmbedder

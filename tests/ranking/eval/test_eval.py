@@ -20,7 +20,7 @@ from agentmemrec.ranking.eval.metrics import (
     slate_completeness,
     summarize,
 )
-from agentmemrec.ranking.memory import load_embedder
+from agentmemrec.ranking.loading import load_embedder
 from agentmemrec.server.cli import main
 
 
