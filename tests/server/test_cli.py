@@ -94,4 +94,4 @@ def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
     assert main(["stats", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["projects"][0]["units"] == 3 and stats["database_bytes"] > 0
-    assert any("no embedder installed" in n for n in stats["projects"][0]["limits"])
+    assert any("no embedder is installed" in n for n in stats["projects"][0]["limits"])
