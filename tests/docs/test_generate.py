@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -63,3 +65,22 @@ def test_a_table_naming_a_missing_file_or_kind_is_an_error_that_names_it(tmp_pat
     doc.write_text(doc.read_text().replace("table eval docs/results/none.json", "table magic x.json"))
     done = generate(root, "--check")
     assert done.returncode != 0 and "unknown table kind 'magic'" in done.stderr
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("generate", GENERATE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# a measured figure: a share, a duration, a size or a rate (a setting such as "timeout 5 s" is none)
+FIGURE = re.compile(r"(?<![\w.])(?:\d[\d,]*(?:\.\d+)?\s?(?:%|ms|MiB|GiB|units/s|pairs/s)|\d+\.\d+\s?s)(?!\w)")
+
+
+def test_no_table_of_figures_sits_outside_the_generated_tables():
+    generator = _generator()
+    for doc in generator.documents(ROOT):
+        outside = generator.MARKED.sub("", doc.read_text())
+        rows = [line for line in outside.splitlines() if line.startswith("|") and FIGURE.search(line)]
+        assert not rows, f"{doc.name}: a table of figures that no result file backs: {rows}"
