@@ -71,16 +71,21 @@ def display_status(unit: Unit, inputs: SlateInputs) -> str | None:
     return "superseded" if chain else unit.status
 
 
-def section(unit: Unit, inputs: SlateInputs) -> tuple[tuple, str]:
-    """(sort key, header line) of the section an item is rendered in."""
+def section(unit: Unit, inputs: SlateInputs) -> tuple:
+    """The sort key of the section an item is rendered in (its header: `header`)."""
     if unit.kind == "decision":
-        return (0,), "## decisions"
+        return (0,)
     if unit.kind == "note":
-        return (1,), "## notes"
+        return (1,)
     if unit.session is None:
-        return (3,), "## conversation"
-    start = inputs.session_start.get(unit.session, unit.at)
-    return (2, start, unit.session), f"## session {one_line(unit.session)} ({start:%Y-%m-%d %H:%M})"
+        return (3,)
+    return (2, inputs.session_start.get(unit.session, unit.at), unit.session)
+
+
+def header(key: tuple) -> str:
+    if len(key) == 3:
+        return f"## session {one_line(key[2])} ({key[1]:%Y-%m-%d %H:%M})"
+    return {0: "## decisions", 1: "## notes", 3: "## conversation"}[key[0]]
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
@@ -120,14 +125,13 @@ def render_item(unit: Unit, inputs: SlateInputs) -> str:
 
 
 def render(slate_id: str, project: str, units: Sequence[Unit], inputs: SlateInputs) -> str:
-    groups: dict[tuple, tuple[str, list[Unit]]] = {}
+    groups: dict[tuple, list[Unit]] = {}
     for unit in units:
-        key, header = section(unit, inputs)
-        groups.setdefault(key, (header, []))[1].append(unit)
+        groups.setdefault(section(unit, inputs), []).append(unit)
     out = [preamble(slate_id, project)]
     for key in sorted(groups):
-        header, members = groups[key]
-        out.append(header)
+        members = groups[key]
+        out.append(header(key))
         members.sort(key=lambda u: (u.at, u.seq, u.chunk) if u.kind != "note" else (u.path, u.chunk, u.at))
         out.extend(render_item(u, inputs) for u in members)
     return "\n".join(out) + "\n"
@@ -139,6 +143,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     chain; if the chain does not fit, the superseded decision is left out."""
     used = count_tokens(preamble(slate_id, project) + "\n")
     fixed = used
+    costs = _Costs(inputs)
     chosen: list[tuple[Unit, int | None]] = []
     chosen_ids: set[int] = set()
     open_sections: set[tuple] = set()
@@ -149,7 +154,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
         if unit.id in chosen_ids:
             continue
         group = [unit] + [s for s in inputs.successors.get(unit.id, ()) if s.id not in chosen_ids]
-        cost, sections = _group_cost(group, inputs, open_sections)
+        cost, sections = costs.group(group, open_sections)
         if cost <= budget - used:
             used += cost
             open_sections |= sections
@@ -159,11 +164,11 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
                 outcomes[member.id] = "in_slate" if i == 0 else "in_slate_as_successor"
             groups.append([m.id for m in group])
         else:
-            alone, _ = _group_cost([unit], inputs, open_sections)
             superseded = len(group) > 1
+            alone = costs.group([unit], open_sections)[0] if superseded else cost
             outcomes[unit.id] = ("left_out_superseded" if superseded and alone <= budget - used
                                  else "skipped_over_budget")
-    return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed)
+    return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs)
 
 
 @memo_by_text(16 << 20)  # a line holds a unit's text: bounded by bytes, not lines
@@ -173,21 +178,49 @@ def piece_tokens(text: str) -> int:
     return count_tokens(text)
 
 
-def _group_cost(group: Sequence[Unit], inputs: SlateInputs, open_sections: set[tuple]
-                ) -> tuple[int, set[tuple]]:
-    cost, new = 0, set()
-    for unit in group:
-        key, header = section(unit, inputs)
-        if key not in open_sections and key not in new:
-            new.add(key)
-            cost += piece_tokens(header + "\n")
-        cost += piece_tokens(render_item(unit, inputs) + "\n")
-    return cost, new
+NO_LINKS = SlateInputs({}, {})  # no successors to show: a decision in force, or a unit of another kind
+
+
+@lru_cache(maxsize=8192)
+def _plain_item_tokens(unit: Unit) -> int:
+    """A turn's or a note's line depends on the unit alone (a decision's also on its successors)."""
+    return piece_tokens(render_item(unit, NO_LINKS) + "\n")
+
+
+class _Costs:
+    """Each unit's section and rendered size, worked out once per slate: the walk meets every
+    candidate of the ranking, and the ones skipped over budget are asked about twice."""
+
+    def __init__(self, inputs: SlateInputs) -> None:
+        self.inputs = inputs
+        self._items: dict[int, tuple[tuple, int]] = {}  # unit id -> (section key, item tokens)
+        self._headers: dict[tuple, int] = {}  # section key -> header tokens
+
+    def item(self, unit: Unit) -> tuple[tuple, int]:
+        found = self._items.get(unit.id)
+        if found is None:
+            key = section(unit, self.inputs)
+            if key not in self._headers:
+                self._headers[key] = piece_tokens(header(key) + "\n")
+            tokens = (piece_tokens(render_item(unit, self.inputs) + "\n") if unit.kind == "decision"
+                      else _plain_item_tokens(unit))
+            found = self._items[unit.id] = key, tokens
+        return found
+
+    def group(self, group: Sequence[Unit], open_sections: set[tuple]) -> tuple[int, set[tuple]]:
+        cost, new = 0, set()
+        for unit in group:
+            key, tokens = self.item(unit)
+            if key not in open_sections and key not in new:
+                new.add(key)
+                cost += self._headers[key]
+            cost += tokens
+        return cost, new
 
 
 def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, int | None]],
             outcomes: dict[int, Outcome], groups: list[list[int]], inputs: SlateInputs,
-            fixed: int) -> Slate:
+            fixed: int, costs: _Costs) -> Slate:
     # Token counts of pieces are an estimate of the whole (BPE can merge across a boundary):
     # the rendered text is counted once more and the last groups undone until it fits.
     while True:
@@ -199,6 +232,5 @@ def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, i
         dropped = set(groups.pop())
         chosen = [(u, r) for u, r in chosen if u.id not in dropped]
         outcomes.update({i: "skipped_over_budget" for i in dropped})
-    items = tuple(SlateItem(u, r, piece_tokens(render_item(u, inputs) + "\n"),
-                            display_status(u, inputs)) for u, r in chosen)
+    items = tuple(SlateItem(u, r, costs.item(u)[1], display_status(u, inputs)) for u, r in chosen)
     return Slate(slate_id, project, budget, context, used, items, outcomes, fixed)

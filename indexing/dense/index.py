@@ -10,10 +10,11 @@ through the change logs, so nothing is reloaded whole after the first load.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache, keep_rows
@@ -102,10 +103,20 @@ class DenseSnapshot:
                              self.dim or fresh.matrix.shape[1])
 
 
+@cache
+def single_threaded_blas() -> None:
+    """One BLAS thread for the process. A query's product is one matrix-vector product, bound by
+    memory: with OpenBLAS's second thread it took 4x longer on a busy 2-core machine, and the
+    thread then spun, about 30 ms of CPU per recall at 10,000 units (bench/store_growth.py).
+    The results are bit-identical (each output is one dot product, whoever computes it)."""
+    threadpool_limits(1, user_api="blas")
+
+
 class DenseIndex:
     """Hands out the current dense snapshot of a project, catching up with writes and new vectors."""
 
     def __init__(self, store: Store, embedder: Embedder, max_bytes: int | None = INDEX_MEMORY) -> None:
+        single_threaded_blas()
         self.store = store
         self.embedder = embedder
         self.vectors = store.vectors(embedder.identity)

@@ -32,6 +32,7 @@ class SqlVectors(ABC):
     def __init__(self, store: SqlStore, model: str) -> None:
         self.store = store
         self.model = model
+        self._pending: dict[str, tuple[VectorKey, int]] = {}  # project -> (generations, count)
 
     @abstractmethod
     def put(self, units: list[Unit], vectors: np.ndarray, hashes: list[str]) -> None:
@@ -62,10 +63,17 @@ class SqlVectors(ABC):
                 yield [units[r[0]] for r in rows if r[0] in units]
 
     def count_pending(self, project: str) -> int:
-        return int(self.store.fetch_one(
-            """SELECT count(*) FROM units u LEFT JOIN vectors v
-               ON v.unit_id = u.id AND v.model = ? AND v.content_hash = u.content_hash
-               WHERE v.unit_id IS NULL AND u.project = ?""", [self.model, project])[0])
+        """Units of a project without a current vector, counted again only when a write or a
+        batch of vectors moved it (every recall's notes ask, while the backfill runs)."""
+        key = (self.store.generation(project), self.generation(project))
+        held = self._pending.get(project)
+        if held is None or held[0] != key:
+            held = key, int(self.store.fetch_one(
+                """SELECT count(*) FROM units u LEFT JOIN vectors v
+                   ON v.unit_id = u.id AND v.model = ? AND v.content_hash = u.content_hash
+                   WHERE v.unit_id IS NULL AND u.project = ?""", [self.model, project])[0])
+            self._pending[project] = held
+        return held[1]
 
     def _bump(self, cur: Cursor, units: list[Unit]) -> None:
         """Inside `put`'s transaction: each project's next vector generation, with its units logged."""
