@@ -14,8 +14,9 @@ from typing import Sequence
 
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.slate import NO_LINKS, one_line, piece_tokens, render_item, shown_ref
+from agentmemrec.ranking.slate import SlateInputs, one_line, piece_tokens, render_item, shown_ref
 
+NO_LINKS = SlateInputs({}, {})  # a decision in force has no successor to show
 REPLACED_HEADER = "## replaced (no longer in force)"
 TITLE_CHARS = 120  # a replaced decision without a title shows this much of its first line
 

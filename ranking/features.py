@@ -1,4 +1,5 @@
-"""Ranker features: one small named function each. The names are the contract with the model file.
+"""Ranker features: one small named function each, computing its column for the whole pool. The
+names are the contract with the model file.
 
 A feature whose source is missing (no embedder, cross-encoder not run on a candidate) is NaN,
 never 0, so LightGBM routes it down its learned missing-value branch. Ranks are log-transformed
@@ -13,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property, lru_cache
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
@@ -143,92 +144,122 @@ def content_terms(text: str) -> frozenset[str]:
     return frozenset(stem(w) for w in WORD_RE.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS)
 
 
-def _rank(c: Candidate, channel: str, ctx: QueryContext) -> float:
-    hit = c.channels.get(channel)
+class Rows:
+    """The candidates a feature matrix is computed for, as lists the features walk."""
+
+    def __init__(self, pool: Sequence[Candidate], ctx: QueryContext) -> None:
+        self.pool = pool
+        self.units = [c.unit for c in pool]
+        self.ids = [u.id for u in self.units]
+        self.found = [ctx.neighbours.get(i) for i in self.ids]  # (prev, next, position) or None
+
+
+def _column(values: Iterable[float]) -> np.ndarray:
+    return np.fromiter(values, dtype=np.float64)
+
+
+def _log1p(values: Iterable[float]) -> np.ndarray:
+    """math.log1p of each value: numpy's may differ from it in the last bit, and the shipped
+    models were trained on math's."""
+    return np.fromiter(map(math.log1p, values), dtype=np.float64)
+
+
+def _missing(rows: Rows) -> np.ndarray:
+    return np.full(len(rows.ids), NAN)
+
+
+def _get(values: Mapping[int, float], rows: Rows, default: float = NAN) -> np.ndarray:
+    return np.fromiter((values.get(i, default) for i in rows.ids), dtype=np.float64, count=len(rows.ids))
+
+
+def _rank(rows: Rows, channel: str, ctx: QueryContext) -> np.ndarray:
     if channel not in ctx.channel_scores:
-        return NAN
-    return math.log1p(hit.rank if hit else ctx.depth + 1)
+        return _missing(rows)
+    beyond = ctx.depth + 1
+    return _log1p(hit.rank if (hit := c.channels.get(channel)) else beyond for c in rows.pool)
 
 
-def _z(values: Mapping[int, float], key: int, stats: tuple[float, float, float]) -> float:
-    if key not in values or len(values) < 2:
-        return NAN
-    return float((values[key] - stats[0]) / (stats[1] + 1e-9))
+def _z(values: Mapping[int, float], rows: Rows, stats: tuple[float, float, float]) -> np.ndarray:
+    if len(values) < 2:
+        return _missing(rows)
+    return (_get(values, rows) - stats[0]) / (stats[1] + 1e-9)
 
 
 # ---- relevance ------------------------------------------------------------------------------
 
-def dense_cosine(c: Candidate, ctx: QueryContext) -> float:
-    return ctx.channel_scores.get("dense", {}).get(c.unit.id, NAN)
+def dense_cosine(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _get(ctx.channel_scores.get("dense", {}), rows)
 
 
-def dense_cosine_z(c: Candidate, ctx: QueryContext) -> float:
+def dense_cosine_z(rows: Rows, ctx: QueryContext) -> np.ndarray:
     if "dense" not in ctx.pool_scores:
-        return NAN
-    return _z(ctx.pool_scores["dense"], c.unit.id, ctx.stats["dense"])
+        return _missing(rows)
+    return _z(ctx.pool_scores["dense"], rows, ctx.stats["dense"])
 
 
-def dense_rank(c: Candidate, ctx: QueryContext) -> float:
-    return _rank(c, "dense", ctx)
+def dense_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _rank(rows, "dense", ctx)
 
 
-def bm25_rank(c: Candidate, ctx: QueryContext) -> float:
-    return _rank(c, "bm25", ctx)
+def bm25_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _rank(rows, "bm25", ctx)
 
 
-def bm25_score_norm(c: Candidate, ctx: QueryContext) -> float:
+def bm25_score_norm(rows: Rows, ctx: QueryContext) -> np.ndarray:
     if "bm25" not in ctx.pool_scores:
-        return NAN
+        return _missing(rows)
     top = ctx.stats["bm25"][2]
-    return ctx.pool_scores["bm25"].get(c.unit.id, 0.0) / top if top > 0 else 0.0
+    return _get(ctx.pool_scores["bm25"], rows, 0.0) / top if top > 0 else np.zeros(len(rows.ids))
 
 
-def pool_position(c: Candidate, ctx: QueryContext) -> float:
-    return math.log1p(c.pool_rank)
+def pool_position(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _log1p(c.pool_rank for c in rows.pool)
 
 
-def cross_encoder_z(c: Candidate, ctx: QueryContext) -> float:
-    return _z(ctx.cross_encoder, c.unit.id, ctx.stats["cross_encoder"])
+def cross_encoder_z(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _z(ctx.cross_encoder, rows, ctx.stats["cross_encoder"])
 
 
 # ---- context --------------------------------------------------------------------------------
 
-def role(c: Candidate, ctx: QueryContext) -> float:
-    return float(ROLE_CODES.get(c.unit.role or "", -1)) if c.unit.kind == "turn" else NAN
+def role(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _column(float(ROLE_CODES.get(u.role or "", -1)) if u.kind == "turn" else NAN for u in rows.units)
 
 
-def speaker_in_query(c: Candidate, ctx: QueryContext) -> float:
-    name = (c.unit.speaker or "").lower()
-    return float(bool(name) and re.search(rf"\b{re.escape(name)}\b", ctx.query.lower()) is not None)
+def speaker_in_query(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    query = ctx.query.lower()
+    named = {name: bool(name) and re.search(rf"\b{re.escape(name)}\b", query) is not None
+             for name in {(u.speaker or "").lower() for u in rows.units}}
+    return _column(float(named[(u.speaker or "").lower()]) for u in rows.units)
 
 
-def session_position(c: Candidate, ctx: QueryContext) -> float:
-    found = ctx.neighbours.get(c.unit.id)
-    return found[2] if found else NAN
+def session_position(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _column(found[2] if found else NAN for found in rows.found)
 
 
-def age_days(c: Candidate, ctx: QueryContext) -> float:
-    return math.log1p(max((ctx.now - c.unit.at).total_seconds(), 0.0) / 86400)
+def age_days(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _log1p(max((ctx.now - u.at).total_seconds(), 0.0) / 86400 for u in rows.units)
 
 
-def length_tokens(c: Candidate, ctx: QueryContext) -> float:
-    return math.log1p(c.unit.tokens)
+def length_tokens(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _log1p(u.tokens for u in rows.units)
 
 
-def key_overlap(c: Candidate, ctx: QueryContext) -> float:
-    if not ctx.query_keys:
-        return NAN
-    text = c.unit.index_text().lower()
-    return sum(k in text for k in ctx.query_keys) / len(ctx.query_keys)
+def key_overlap(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    keys = ctx.query_keys
+    if not keys:
+        return _missing(rows)
+    texts = (u.index_text().lower() for u in rows.units)
+    return _column(sum(k in text for k in keys) / len(keys) for text in texts)
 
 
-def is_question(c: Candidate, ctx: QueryContext) -> float:
+def is_question(rows: Rows, ctx: QueryContext) -> np.ndarray:
     """A turn that asks is rarely the evidence (9% of LoCoMo's evidence turns, 24% of all turns)."""
-    return float(c.unit.text.rstrip().endswith("?"))
+    return _column(float(u.text.rstrip().endswith("?")) for u in rows.units)
 
 
-def time_cue(c: Candidate, ctx: QueryContext) -> float:
-    return float(_dates_something(c.unit.text))
+def time_cue(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _column(float(_dates_something(u.text)) for u in rows.units)
 
 
 @memo_by_text(TEXT_CACHE_BYTES)
@@ -236,24 +267,25 @@ def _dates_something(text: str) -> bool:
     return TIME_CUE_RE.search(text) is not None
 
 
-def term_overlap(c: Candidate, ctx: QueryContext) -> float:
+def term_overlap(rows: Rows, ctx: QueryContext) -> np.ndarray:
     """Share of the query's content words in the unit's text, without BM25's length and idf
     weighting (and without the speaker's name, which BM25 sees in every turn of that speaker)."""
-    if not ctx.query_terms:
-        return NAN
-    return len(ctx.query_terms & content_terms(c.unit.text)) / len(ctx.query_terms)
+    terms = ctx.query_terms
+    if not terms:
+        return _missing(rows)
+    return _column(len(terms & content_terms(u.text)) / len(terms) for u in rows.units)
 
 
 # ---- the question ---------------------------------------------------------------------------
 # The same for every candidate of a query: they let the trees weigh the other features by what
 # kind of answer is asked for.
 
-def query_wants_many(c: Candidate, ctx: QueryContext) -> float:
-    return float(_matches(MANY_RE, ctx.query))
+def query_wants_many(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return np.full(len(rows.ids), float(_matches(MANY_RE, ctx.query)))
 
 
-def query_asks_when(c: Candidate, ctx: QueryContext) -> float:
-    return float(_matches(WHEN_RE, ctx.query))
+def query_asks_when(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return np.full(len(rows.ids), float(_matches(WHEN_RE, ctx.query)))
 
 
 @lru_cache(maxsize=256)
@@ -263,108 +295,110 @@ def _matches(pattern: re.Pattern[str], query: str) -> bool:
 
 # ---- coding memory --------------------------------------------------------------------------
 
-def kind(c: Candidate, ctx: QueryContext) -> float:
-    return float(KIND_CODES[c.unit.kind])
+def kind(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _column(float(KIND_CODES[u.kind]) for u in rows.units)
 
 
-def decision_status(c: Candidate, ctx: QueryContext) -> float:
-    if c.unit.kind != "decision":
-        return 0.0
-    return float(STATUS_CODES["superseded"] if c.unit.superseded_by else STATUS_CODES.get(c.unit.status or "", 0))
+def decision_status(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _column(0.0 if u.kind != "decision" else
+                   float(STATUS_CODES["superseded"] if u.superseded_by else STATUS_CODES.get(u.status or "", 0))
+                   for u in rows.units)
 
 
 # ---- session context ------------------------------------------------------------------------
 
-def _session_best(c: Candidate, channel: str, ctx: QueryContext) -> float:
-    if channel not in ctx.channel_scores or c.unit.session is None:
-        return NAN
-    return math.log1p(ctx.session_best.get(channel, {}).get(c.unit.session, ctx.depth + 1))
+def _session_best(rows: Rows, channel: str, ctx: QueryContext) -> np.ndarray:
+    if channel not in ctx.channel_scores:
+        return _missing(rows)
+    best, beyond = ctx.session_best.get(channel, {}), ctx.depth + 1
+    return _log1p(NAN if u.session is None else best.get(u.session, beyond) for u in rows.units)
 
 
-def session_best_bm25_rank(c: Candidate, ctx: QueryContext) -> float:
-    return _session_best(c, "bm25", ctx)
+def session_best_bm25_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _session_best(rows, "bm25", ctx)
 
 
-def session_best_dense_rank(c: Candidate, ctx: QueryContext) -> float:
-    return _session_best(c, "dense", ctx)
+def session_best_dense_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _session_best(rows, "dense", ctx)
 
 
-def session_hits(c: Candidate, ctx: QueryContext) -> float:
-    if c.unit.session is None:
-        return NAN
-    return math.log1p(ctx.session_count[c.unit.session] - 1)
+def session_hits(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    count = ctx.session_count
+    return _log1p(NAN if u.session is None else count[u.session] - 1 for u in rows.units)
 
 
-def _neighbour_best(c: Candidate, channel: str, ctx: QueryContext, scale: float = 1.0) -> float:
+def _neighbour_best(rows: Rows, channel: str, ctx: QueryContext, scale: float = 1.0) -> np.ndarray:
     scores = ctx.channel_scores.get(channel)
-    found = ctx.neighbours.get(c.unit.id)
-    if scores is None or not found:
-        return NAN
-    values = [scores.get(n, 0.0) for n in found[:2] if n is not None]
-    return max(values) / scale if values else NAN
+    if scores is None:
+        return _missing(rows)
+
+    def best(found: tuple | None) -> float:
+        values = [scores.get(n, 0.0) for n in found[:2] if n is not None] if found else None
+        return max(values) / scale if values else NAN
+    return _column(map(best, rows.found))
 
 
-def neighbour_bm25(c: Candidate, ctx: QueryContext) -> float:
+def neighbour_bm25(rows: Rows, ctx: QueryContext) -> np.ndarray:
     top = ctx.stats["bm25"][2] if "bm25" in ctx.pool_scores else 0.0
-    return _neighbour_best(c, "bm25", ctx, top) if top > 0 else NAN
+    return _neighbour_best(rows, "bm25", ctx, top) if top > 0 else _missing(rows)
 
 
-def neighbour_dense(c: Candidate, ctx: QueryContext) -> float:
-    return _neighbour_best(c, "dense", ctx)
+def neighbour_dense(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _neighbour_best(rows, "dense", ctx)
 
 
-def _session_gap(c: Candidate, channel: str, ctx: QueryContext) -> float:
+def _session_gap(rows: Rows, channel: str, ctx: QueryContext) -> np.ndarray:
     """The unit's score minus the best score in its session (0 for the session's best match)."""
     scores = ctx.pool_scores.get(channel)
-    if scores is None or c.unit.session is None or c.unit.id not in scores:
-        return NAN
-    return scores[c.unit.id] - ctx.session_scores[channel][c.unit.session][0]
+    if scores is None:
+        return _missing(rows)
+    per = ctx.session_scores[channel]
+    return _column(NAN if u.session is None or u.id not in scores else scores[u.id] - per[u.session][0]
+                   for u in rows.units)
 
 
-def dense_gap_session(c: Candidate, ctx: QueryContext) -> float:
-    return _session_gap(c, "dense", ctx)
+def dense_gap_session(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _session_gap(rows, "dense", ctx)
 
 
-def bm25_gap_session(c: Candidate, ctx: QueryContext) -> float:
+def bm25_gap_session(rows: Rows, ctx: QueryContext) -> np.ndarray:
     top = ctx.stats["bm25"][2] if "bm25" in ctx.pool_scores else 0.0
-    gap = _session_gap(c, "bm25", ctx)
-    return gap / top if top > 0 else NAN
+    return _session_gap(rows, "bm25", ctx) / top if top > 0 else _missing(rows)
 
 
-def dense_rank_in_session(c: Candidate, ctx: QueryContext) -> float:
+def dense_rank_in_session(rows: Rows, ctx: QueryContext) -> np.ndarray:
     scores = ctx.pool_scores.get("dense")
-    if scores is None or c.unit.session is None or c.unit.id not in scores:
-        return NAN
-    ranked = ctx.session_scores["dense"][c.unit.session]
-    return math.log1p(sum(v > scores[c.unit.id] for v in ranked))
+    if scores is None:
+        return _missing(rows)
+    per = ctx.session_scores["dense"]
+    return _log1p(NAN if u.session is None or u.id not in scores else sum(v > scores[u.id] for v in per[u.session])
+                  for u in rows.units)
 
 
-def _pair(c: Candidate, ctx: QueryContext, step: int, z: bool) -> float:
+def _pair(rows: Rows, ctx: QueryContext, step: int, z: bool) -> np.ndarray:
     """A turn read with its neighbour: an answer's words often do not name what the question
     before them asked about. Mean of the two cosines (NaN without a dense score for both)."""
     values = ctx.pair_dense[step]
-    if not z:
-        return values.get(c.unit.id, NAN)
-    return _z(values, c.unit.id, ctx.stats[f"pair{step}"])
+    return _z(values, rows, ctx.stats[f"pair{step}"]) if z else _get(values, rows)
 
 
-def pair_prev_dense(c: Candidate, ctx: QueryContext) -> float:
-    return _pair(c, ctx, -1, False)
+def pair_prev_dense(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _pair(rows, ctx, -1, False)
 
 
-def pair_next_dense(c: Candidate, ctx: QueryContext) -> float:
-    return _pair(c, ctx, 1, False)
+def pair_next_dense(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _pair(rows, ctx, 1, False)
 
 
-def pair_prev_dense_z(c: Candidate, ctx: QueryContext) -> float:
-    return _pair(c, ctx, -1, True)
+def pair_prev_dense_z(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _pair(rows, ctx, -1, True)
 
 
-def pair_next_dense_z(c: Candidate, ctx: QueryContext) -> float:
-    return _pair(c, ctx, 1, True)
+def pair_next_dense_z(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    return _pair(rows, ctx, 1, True)
 
 
-Feature = Callable[[Candidate, QueryContext], float]
+Feature = Callable[[Rows, QueryContext], np.ndarray]
 GROUPS: dict[str, tuple[Feature, ...]] = {
     "relevance": (dense_cosine, dense_cosine_z, dense_rank, bm25_rank, bm25_score_norm, pool_position,
                   cross_encoder_z),
@@ -385,8 +419,13 @@ DENSE_FEATURES = ("dense_cosine", "dense_cosine_z", "dense_rank", "session_best_
 
 
 def feature_matrix(pool: Sequence[Candidate], ctx: QueryContext) -> np.ndarray:
-    """(len(pool), len(FEATURES)) float64, NaN where a source is missing."""
-    return np.array([[f(c, ctx) for f in FEATURES] for c in pool], dtype=np.float64).reshape(len(pool), len(FEATURES))
+    """(len(pool), len(FEATURES)) float64, NaN where a source is missing: each feature computed
+    for the whole pool at once (a call per candidate and feature cost most of a recall)."""
+    rows = Rows(pool, ctx)
+    out = np.empty((len(pool), len(FEATURES)), dtype=np.float64)
+    for j, feature in enumerate(FEATURES):
+        out[:, j] = feature(rows, ctx)
+    return out
 
 
 def units_needing_scores(pool: Sequence[Candidate], neighbours: Mapping[int, tuple]) -> list[int]:

@@ -178,15 +178,6 @@ def piece_tokens(text: str) -> int:
     return count_tokens(text)
 
 
-NO_LINKS = SlateInputs({}, {})  # no successors to show: a decision in force, or a unit of another kind
-
-
-@lru_cache(maxsize=8192)
-def _plain_item_tokens(unit: Unit) -> int:
-    """A turn's or a note's line depends on the unit alone (a decision's also on its successors)."""
-    return piece_tokens(render_item(unit, NO_LINKS) + "\n")
-
-
 class _Costs:
     """Each unit's section and rendered size, worked out once per slate: the walk meets every
     candidate of the ranking, and the ones skipped over budget are asked about twice."""
@@ -202,9 +193,7 @@ class _Costs:
             key = section(unit, self.inputs)
             if key not in self._headers:
                 self._headers[key] = piece_tokens(header(key) + "\n")
-            tokens = (piece_tokens(render_item(unit, self.inputs) + "\n") if unit.kind == "decision"
-                      else _plain_item_tokens(unit))
-            found = self._items[unit.id] = key, tokens
+            found = self._items[unit.id] = key, piece_tokens(render_item(unit, self.inputs) + "\n")
         return found
 
     def group(self, group: Sequence[Unit], open_sections: set[tuple]) -> tuple[int, set[tuple]]:

@@ -1,0 +1,34 @@
+"""The recall path's speed-ups are meant to be exact: on a fixed store, every query's features,
+ranking and slates are the ones recorded before them (tests/ranking/exact_recall.json,
+written by the per-candidate features and the slate builder as they were)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from exact_fixture import AS_OF, QUERIES, open_memory, recall_record
+
+RECORDED = json.loads((Path(__file__).parent / "exact_recall.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    memory = open_memory(tmp_path_factory.mktemp("exact"))
+    try:
+        return [recall_record(memory, q) for q in QUERIES]
+    finally:
+        memory.close()
+
+
+def test_the_recorded_queries_are_the_fixtures():
+    assert RECORDED["as_of"] == AS_OF and [r["query"] for r in RECORDED["queries"]] == QUERIES
+
+
+@pytest.mark.parametrize("i", range(len(QUERIES)))
+def test_features_ranking_and_slates_are_as_recorded(records, i):
+    now, then = records[i], RECORDED["queries"][i]
+    as_array = lambda rows: np.array(rows, dtype=np.float64)  # None -> NaN  # noqa: E731
+    np.testing.assert_allclose(as_array(now["features"]), as_array(then["features"]), rtol=0, atol=2e-6)
+    assert now["ranked"] == then["ranked"]
+    assert now["slates"] == then["slates"]
