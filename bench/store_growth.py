@@ -19,7 +19,8 @@ Measured per size:
   pool order), rrf (BM25 + dense, pool order) and full (BM25 + dense + the LambdaRank ranker, with
   the cross-encoder where its ranker uses it), with the cost of each stage (query embedding, the
   cross-encoder, features + LightGBM), full without the cross-encoder (the shipped embedder-only
-  ranker), through the MCP tool with an in-process client (full), and for the 10,000-unit `peer`
+  ranker), full with the cross-encoder at each of --rerank-depths candidates (what choosing the
+  depth costs), through the MCP tool with an in-process client (full), and for the 10,000-unit `peer`
   project beside S other units (the cost of the access filter);
 - recall latency right after a `remember` of one turn (what an agent sees mid-session);
 - cold start: a real `agentmemrec serve` over stdio, from process start to the first answered
@@ -34,6 +35,7 @@ Not a test. The LambdaRank model is --ranker-model, else the shipped one the ser
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -41,7 +43,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import anyio
 
@@ -171,10 +173,11 @@ def rebuild_times(memory: Memory, identity: str) -> dict[str, float]:
             "dense_s": round(timed(lambda: dense.snapshot("main")), 2)}
 
 
-def variants(memory: Memory, other_pool: int | None) -> dict[str, Memory]:
+def variants(memory: Memory, other_pool: int | None, depths: Sequence[int] = ()) -> dict[str, Memory]:
     """bm25 and rrf share the full memory's channels (and so its snapshots); `full_pool<N>` is
     full with another pool size; with a cross-encoder, `full_no_cross_encoder` ranks with the
-    shipped embedder-only ranker instead."""
+    shipped embedder-only ranker instead, and `full_rerank<K>` has it score the first K candidates
+    (the cost of the depth alone: the ranker is the same)."""
     out = {"bm25": Memory(memory.store, memory.channels[:1], config=memory.config),
            "rrf": Memory(memory.store, memory.channels, config=memory.config),
            "full": Memory(memory.store, memory.channels, TimedRanker(memory.ranker), memory.config, memory.dense)}
@@ -183,15 +186,22 @@ def variants(memory: Memory, other_pool: int | None) -> dict[str, Memory]:
         plain = LearnedRanker(RankerModel.shipped("embedder-ranker.json"))
         out["full_no_cross_encoder"] = Memory(memory.store, memory.channels, TimedRanker(plain), memory.config,
                                               memory.dense)
+        for depth in (d for d in depths if d != memory.ranker.reranker.limit):
+            deeper = copy.copy(memory.ranker.reranker.inner)  # the same ONNX session, another depth
+            deeper.limit = depth
+            ranker = LearnedRanker(memory.ranker.model, TimedReranker(deeper))
+            out[f"full_rerank{depth}"] = Memory(memory.store, memory.channels, TimedRanker(ranker), memory.config,
+                                                memory.dense)
     if other_pool and other_pool != memory.config.pool_size:
         out[f"full_pool{other_pool}"] = Memory(memory.store, memory.channels, TimedRanker(memory.ranker),
                                                RecallConfig(pool_size=other_pool), memory.dense)
     return out
 
 
-def core_latency(memory: Memory, qs: list[str], budget_s: float, other_pool: int | None) -> dict[str, Any]:
+def core_latency(memory: Memory, qs: list[str], budget_s: float, other_pool: int | None,
+                 depths: Sequence[int] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, mem in variants(memory, other_pool).items():
+    for name, mem in variants(memory, other_pool, depths).items():
         for q in qs[-2:]:
             mem.recall("main", q)  # warm: snapshots built, query path compiled
         cpu: list[float] = []
@@ -336,7 +346,7 @@ def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path 
     memory = Memory.open(home, RecallConfig(pool_size=args.pool), background=False, ranker_model=ranker)
     result["rebuild"] = rebuild_times(memory, identity)
     log(f"  rebuild: {result['rebuild']}")
-    result["core"] = core_latency(memory, qs, args.budget_s, args.other_pool)
+    result["core"] = core_latency(memory, qs, args.budget_s, args.other_pool, args.rerank_depths)
     memory.close()
     result["mcp"] = anyio.run(mcp_latency, home, ranker, qs, args.budget_s, args.pool)
     log(f"  mcp: {result['mcp']}")
@@ -402,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", action="store_true", help="keep stores built by an earlier run")
     p.add_argument("--pool", type=int, default=DEFAULT_POOL, help="candidate pool (the product's default)")
     p.add_argument("--other-pool", type=int, default=128, help="also measure core full at this pool (0: no)")
+    p.add_argument("--rerank-depths", type=lambda v: [int(d) for d in v.split(",")], default=[],
+                   help="also measure core full with the cross-encoder at these depths, comma-separated")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)

@@ -22,6 +22,10 @@ Kinds (options in brackets):
 - `eval-budgets FILE...` [variants=a,b]: every figure of each (variant, budget) record.
 - `growth-latency`, `growth-resources`, `growth-dense` FILE...: bench/store_growth.py by store size.
 - `growth-targets FILE...` targets=SIZE:MS,...: full p50 at both pools against latency targets.
+- `recall-stages FILE...`: bench/store_growth.py, a full recall's p50 and each stage's.
+- `rerank-depth EVAL_FILE... BENCH_FILE`: cross-validated slate completeness per cross-encoder
+  depth (one `eval --cv` file per depth; K = 0 is the `--ablation cross-encoder` variant) against
+  the cross-encoder's cost per recall at that depth (bench/store_growth.py `--rerank-depths`).
 - `project-memory FILE`: bench/project_memory.py, the peaks of each cap's run.
 - `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
 - `gpu-batch-sweep FILE`, `model-cost-cpu FILE`: bench/model_throughput.py by batch; on a CPU.
@@ -246,6 +250,55 @@ def growth_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
     head = ["units", "target", f"full, pool {pool} (default)" if pool == DEFAULT_POOL else f"full, pool {pool}",
             f"full, pool {small}"]
     return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("recall-stages")
+def recall_stages(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """Where a full recall's time goes, each stage's p50 measured on its own in the same run."""
+    rows = []
+    for _, r in sizes(docs):
+        full, emb = r["core"]["full"], r["core"].get("query_embedding", {})
+        ranking, cross = full.get("rank_p50_ms"), full.get("cross_encoder_p50_ms")
+        rows.append([f"{r['size']:,}", f"**{num(full['p50_ms'])}**", num(full["p95_ms"]), num(full.get("cpu_p50_ms")),
+                     num(emb.get("p50_ms"), 1),
+                     "" if cross is None else f"{num(cross, 1)} ({full['cross_encoder_pairs']} pairs)",
+                     num(None if ranking is None else ranking - (cross or 0), 1),
+                     num(r["core"].get("full_no_cross_encoder", {}).get("p50_ms")), num(r["mcp"]["p50_ms"])])
+    head = ["units in `main`", "**full p50 ms**", "full p95", "full CPU p50 (both cores)", "query embedding p50",
+            "cross-encoder p50", "features + LightGBM p50", "full without cross-encoder p50", "MCP tool p50"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("rerank-depth")
+def rerank_depth(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """Cross-validated slate completeness at each cross-encoder depth K (the eval files, one per
+    K; K = 0 is their `full-no-cross-encoder` ablation) against what K costs per recall (the
+    bench/store_growth.py file, `--rerank-depths`)."""
+    evals = [d for d in docs if "records" in d]
+    [bench] = [d for d in docs if "sizes" in d]
+    [(_, r)] = sizes([bench])
+    budgets = sorted({rec["budget"] for d in evals for rec in d["records"]})
+    top = max(budgets)
+
+    def row(depth: int, recs: dict[int, dict[str, Any]], core: dict[str, Any] | None) -> list[str]:
+        cross = "0" if depth == 0 else "" if core is None else num(core.get("cross_encoder_p50_ms"), 1)
+        return [str(depth), *[pct(recs[b]["slate_completeness"]) for b in budgets],
+                pct(recs[top]["conditional_ranking_completeness"]), cross,
+                num((r["core"]["full_no_cross_encoder"] if depth == 0 else core or {}).get("p50_ms"))]
+    rows: dict[int, list[str]] = {}
+    for d in evals:
+        variants = by_variant(d["records"], None)
+        depth = d["rerank_depth"]
+        core = r["core"]["full"] if r["core"]["full"].get("cross_encoder_pairs") == depth else \
+            r["core"].get(f"full_rerank{depth}")
+        rows[depth] = row(depth, variants["full"], core)
+        if "full-no-cross-encoder" in variants:
+            rows[0] = row(0, variants["full-no-cross-encoder"], None)
+    head = ["K (candidates cross-encoded)", *[f"slate at {b:,}" for b in budgets], f"cond. ranking at {top:,}",
+            f"cross-encoder p50 ms at {r['size']:,} units", "full recall p50 ms"]
+    details = [f"`{d['command']}`" if "records" in d else f"{d['cpus']} CPUs, load average "
+               f"{d['load_avg_start'][0]:.1f} at the start" for d in docs]
+    return grid(head, [rows[k] for k in sorted(rows)]) + [sources(paths, details)]
 
 
 @kind("project-memory")
