@@ -25,7 +25,8 @@ Measured per size:
 - recall latency right after a `remember` of one turn (what an agent sees mid-session);
 - cold start: a real `agentmemrec serve` over stdio, from process start to the first answered
   `recall_slate`, with --pending units written just before and not yet embedded; and the server's
-  peak RSS (VmHWM) after a few more recalls;
+  peak RSS (VmHWM) after a few more recalls; with the default set, stdio latency again from a
+  server ranking without the cross-encoder (the shipped embedder-only ranker);
 - the baseline, in the same run: a full scan of the project's rows scored by bm25s per query, with
   no caching. Read the ratios: the machine is shared, absolute times move with its load.
 
@@ -316,6 +317,30 @@ async def cold_start(home: Path, ranker: Path | None, qs: list[str], pool: int, 
             "stdio": percentiles(seconds), "server_peak_rss_mib": round(rss)}
 
 
+async def stdio_without_cross_encoder(home: Path, qs: list[str], pool: int) -> dict[str, Any]:
+    """A second real server over stdio, ranking with the shipped embedder-only ranker (the
+    cross-encoder is never opened): what recall costs through the protocol without it."""
+    from importlib import resources
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+    ranker = resources.files("agentmemrec.ranking").joinpath("models/embedder-ranker.json")
+    args = ["-m", "agentmemrec.server.cli", "serve", "--project", "main", "--allow", "peer",
+            "--pool-size", str(pool), "--ranker-model", str(ranker)]
+    params = StdioServerParameters(command=sys.executable, args=args,
+                                   env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    async with Client(params) as client:
+        for q in qs[-2:]:  # warm: indexes loaded, as in a running server
+            await client.call_tool("recall_slate", {"query": q})
+        seconds = []
+        for q in qs[:20]:
+            t0 = time.perf_counter()
+            result = await client.call_tool("recall_slate", {"query": q})
+            seconds.append(time.perf_counter() - t0)
+            assert not result.is_error, result.content[0].text
+    return percentiles(seconds)
+
+
 def write_pending(home: Path, n: int, ranker: Path | None) -> None:
     """n new turns the server will find without vectors: its first answer must not wait for them."""
     memory = Memory.open(home, background=False, ranker_model=ranker)
@@ -359,6 +384,9 @@ def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path 
     write_pending(home, args.pending, ranker)
     result["server"] = anyio.run(cold_start, home, ranker, qs, args.pool)
     log(f"  server: {result['server']}")
+    if args.models == "default" and ranker is None:
+        result["server"]["stdio_no_cross_encoder"] = anyio.run(stdio_without_cross_encoder, home, qs, args.pool)
+        log(f"  stdio without the cross-encoder: {result['server']['stdio_no_cross_encoder']}")
     result["disk_mib"] = round(disk_bytes(home) / 2**20, 1)
     return result
 
@@ -378,6 +406,8 @@ def table(results: dict[str, Any]) -> str:
         figures = [(f"core {name}", r["core"][name]) for name in r["core"] if name not in ("full_peer", "query_embedding")]
         figures += [("MCP recall_slate (full)", r["mcp"]), ("core full, 10k-unit peer project", r["core"]["full_peer"]),
                     ("core full, right after a remember", r["after_write"]), ("stdio, real server (full)", r["server"]["stdio"]),
+                    *([("stdio, real server, no cross-encoder", r["server"]["stdio_no_cross_encoder"])]
+                      if "stdio_no_cross_encoder" in r["server"] else []),
                     ("baseline: scan + bm25s per query", r["baseline"])]
         for name, f in figures:
             rows.append(f"| {int(size):,} | {name} | {f.get('p50_ms', '-')} | {f.get('p95_ms', '-')} | "

@@ -105,10 +105,11 @@ class DenseSnapshot:
 
 @cache
 def single_threaded_blas() -> None:
-    """One BLAS thread for the process. A query's product is one matrix-vector product, bound by
-    memory: with OpenBLAS's second thread it took 4x longer on a busy 2-core machine, and the
-    thread then spun, about 30 ms of CPU per recall at 10,000 units (bench/store_growth.py).
-    The results are bit-identical (each output is one dot product, whoever computes it)."""
+    """One BLAS thread for the process. A query's products are matrix-vector products, bound by
+    memory: OpenBLAS's second thread saved nothing and spun, so on a busy 2-core machine a recall
+    at 10,000 units took 170 ms instead of 257 (55 ms of CPU instead of 76; queries interleaved,
+    load average 10). Some cosines differ from the two-thread product in the last float32 bit;
+    on 128 recalls of the bench store no ranking or slate changed."""
     threadpool_limits(1, user_api="blas")
 
 
