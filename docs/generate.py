@@ -26,8 +26,8 @@ Kinds (options in brackets):
 - `rerank-depth EVAL_FILE... BENCH_FILE`: cross-validated slate completeness per cross-encoder
   depth (one `eval --cv` file per depth; K = 0 is the `--ablation cross-encoder` variant) against
   the cross-encoder's cost per recall at that depth (bench/store_growth.py `--rerank-depths`).
-- `growth-default-set FILE...`: a `--models default` run, recall with and without the cross-encoder;
-  `growth-default-set-targets FILE...` targets=SIZE:MS:MS:MS,...: those against their targets.
+- `default-set-targets FILE...` targets=SIZE:MS:MS:MS,...: a `--models default` run's full recall
+  without the cross-encoder, its stdio server and full with it, against their targets.
 - `project-memory FILE`: bench/project_memory.py, the peaks of each cap's run.
 - `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
 - `gpu-batch-sweep FILE`, `model-cost-cpu FILE`: bench/model_throughput.py by batch; on a CPU.
@@ -303,43 +303,23 @@ def rerank_depth(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
     return grid(head, [rows[k] for k in sorted(rows)]) + [sources(paths, details)]
 
 
-def _no_cross_encoder(r: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A default-set run's figures without the cross-encoder: core `full` and the stdio server."""
-    return r["core"].get("full_no_cross_encoder", {}), r["server"].get("stdio_no_cross_encoder", {})
-
-
-@kind("growth-default-set")
-def growth_default_set(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
-    rows = []
-    for run, r in sizes(docs):
-        core, base = r["core"], r["baseline"]["p50_ms"]
-        plain, stdio_plain = _no_cross_encoder(r)
-        rows.append([f"{r['size']:,}", num(core["query_embedding"]["p50_ms"]), f"**{num(plain.get('p50_ms'))}**",
-                     num(plain.get("rank_p50_ms"), 1), f"{plain['p50_ms'] / base:.3f}" if plain else "",
-                     num(stdio_plain.get("p50_ms")), f"**{num(core['full']['p50_ms'])}**",
-                     f"{num(core['full'].get('cross_encoder_p50_ms'))} ({core['full'].get('cross_encoder_pairs')})",
-                     num(r["mcp"]["p50_ms"]), num(r["server"]["stdio"]["p50_ms"]), num(base),
-                     f"{core['full']['p50_ms'] / base:.3f}"])
-    head = ["units in `main`", "query embedding p50", "**full p50, no cross-encoder**", "its ranking p50",
-            "/ baseline", "stdio server p50, no cross-encoder", "**full p50 with the cross-encoder**",
-            "cross-encoder p50 (pairs)", "MCP tool p50", "stdio server p50", "baseline p50", "/ baseline"]
-    return grid(head, rows) + [load_caption(paths, docs)]
-
-
-@kind("growth-default-set-targets")
-def growth_default_set_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
-    """targets=SIZE:NO_CROSS_ENCODER_MS:STDIO_NO_CROSS_ENCODER_MS:WITH_CROSS_ENCODER_MS,..."""
+@kind("default-set-targets")
+def default_set_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """A `--models default` run against targets=SIZE:MS:MS:MS (full without the cross-encoder,
+    the stdio server without it, full with it), each with its ratio to the same run's baseline."""
     targets = {t.split(":")[0]: [float(x) for x in t.split(":")[1:]] for t in opts["targets"].split(",")}
     rows = []
     for _, r in sizes(docs):
         if str(r["size"]) not in targets:
             continue
-        plain, stdio_plain = _no_cross_encoder(r)
-        figures = [plain.get("p50_ms"), stdio_plain.get("p50_ms"), r["core"]["full"]["p50_ms"]]
-        rows.append([f"{r['size']:,}"] + ["" if ms is None else f"{num(ms)} ms against {num(t)}: "
-                                          f"{'met' if ms <= t else 'missed'}"
-                                          for ms, t in zip(figures, targets[str(r["size"])])])
-    head = ["units", "full, no cross-encoder", "stdio server, no cross-encoder", "full with the cross-encoder"]
+        base = r["baseline"]["p50_ms"]
+        figures = [r["core"]["full_no_cross_encoder"]["p50_ms"], r["server"]["stdio_no_cross_encoder"]["p50_ms"],
+                   r["core"]["full"]["p50_ms"]]
+        rows.append([f"{r['size']:,}", *[f"{num(ms)} ms ({ms / base:.3f}) against {num(t)}: "
+                                         f"{'met' if ms <= t else 'missed'}"
+                                         for ms, t in zip(figures, targets[str(r["size"])])], num(base)])
+    head = ["units", "full, no cross-encoder (/ baseline)", "stdio server, no cross-encoder (/ baseline)",
+            "full with the cross-encoder (/ baseline)", "baseline p50 ms"]
     return grid(head, rows) + [load_caption(paths, docs)]
 
 
