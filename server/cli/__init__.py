@@ -1,6 +1,7 @@
 """The `agentmemrec` command line, one module per command group: serving (`serve`, `owner`,
 `demo`), the store (`import`, `watch`, `recall`, `explain`, `forget`, `tokens`), what it holds
-(`ls`, `show`, `stats`), models, evaluation (`eval`, `train`), and the clients (`setup`, `hook`).
+(`ls`, `show`, `stats`), models, evaluation (`eval`, `train`), the clients (`setup`, `hook`),
+and moving to a team store (`migrate`).
 
 `agentmemrec hook` runs on every prompt of a coding session, so `main` hands it over before
 anything heavy is imported: this module imports only the standard library at the top."""
@@ -24,7 +25,7 @@ def __getattr__(name: str):  # noqa: ANN202 - `serve_settings` is imported from 
 
 def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
     from agentmemrec.server import hook_process  # noqa: PLC0415
-    from agentmemrec.server.cli import clients, evaluation, memory, models, serve, views  # noqa: PLC0415
+    from agentmemrec.server.cli import clients, evaluation, memory, models, serve, team, views  # noqa: PLC0415
     from agentmemrec.server.settings import VERSION  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="agentmemrec", description="AgentMemRec: a long-term memory for coding assistants that answers each query with a token-budgeted slate of evidence.")
@@ -33,7 +34,7 @@ def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Callable[
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
-    for group in (serve, memory, views, models, evaluation, clients, hook_process):
+    for group in (serve, memory, views, models, evaluation, clients, team, hook_process):
         commands.update(group.register(sub))
     return parser, commands
 

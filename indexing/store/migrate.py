@@ -1,0 +1,134 @@
+"""Moving one store into another: `agentmemrec migrate --to postgresql://...`.
+
+Rows go project by project in id order, a window at a time; each window is one transaction in
+the target that moves the project's generation like any write, so replicas already serving the
+target catch up. A row is keyed by (project, key) there as everywhere, so a second run copies
+nothing that is already there and an interrupted run resumes where it stopped. Unit ids are the
+target's own (a team database holds other developers' units): supersession links are mapped
+once a project's rows are in, and vectors follow under the new ids, so nothing is embedded
+again. Tokens (only their hashes) come too; saved explanations do not: they explain recalls
+the old store answered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from agentmemrec.indexing.store.sql_store import SqlStore
+
+WINDOW = 2000  # rows per transaction in the target
+COLUMNS = ("key, kind, ref, chunk, content_hash, text, tokens, session, role, speaker, title, status, "
+           "path, heading, recorded_at, written_at")
+TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR",
+         "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "TIMESTAMP", "TIMESTAMP")
+
+
+@dataclass
+class Moved:
+    """What a run copied, and what the target held already (from an earlier run, or its own)."""
+
+    units: int = 0
+    units_there: int = 0
+    links: int = 0
+    vectors: int = 0
+    tokens: int = 0
+    tokens_there: int = 0
+
+
+def units_to_move(source: SqlStore, projects: list[str] | None = None) -> dict[str, int]:
+    counts = source.projects()
+    return {p: n for p, n in counts.items() if projects is None or p in projects}
+
+
+def migrate(source: SqlStore, target: SqlStore, projects: list[str] | None = None,
+            progress: Callable[[int], None] = lambda n: None) -> Moved:
+    """Copy `projects` (default: all) and every token from `source` into `target`."""
+    moved = Moved()
+    for project in units_to_move(source, projects):
+        ids = _copy_units(source, target, project, moved, progress)
+        _copy_links(source, target, project, ids, moved)
+        _copy_vectors(source, target, project, ids, moved)
+    for name, secret, names, at in source.fetch("SELECT name, secret_sha256, projects, created_at FROM tokens"):
+        added = target.add_token(name, secret, list(names), at)
+        moved.tokens += added
+        moved.tokens_there += not added
+    return moved
+
+
+def _copy_units(source: SqlStore, target: SqlStore, project: str, moved: Moved,
+                progress: Callable[[int], None]) -> dict[int, int]:
+    """Every unit of the project into the target; returns source id -> target id."""
+    ids: dict[int, int] = {}
+    last = -1
+    while rows := source.fetch(f"SELECT id, {COLUMNS} FROM units WHERE project = ? AND id > ? ORDER BY id LIMIT ?",
+                               [project, last, WINDOW]):
+        last = rows[-1][0]
+        columns = [list(col) for col in zip(*(r[1:] for r in rows))]
+        with target.transaction(project) as cur:
+            # seq is the target's, taken in the source's id order: it orders turns recorded at
+            # the same time as the source did
+            inserted = [r[0] for r in cur.execute(
+                f"INSERT INTO units (project, {COLUMNS}, seq) SELECT ?, "
+                f"{', '.join(f'unnest(?::{t}[])' for t in TYPES)}, nextval('unit_seq') "
+                "ON CONFLICT (project, key) DO NOTHING RETURNING id", [project, *columns]).fetchall()]
+            if inserted:
+                target._bump(cur, project, inserted)
+            found = dict(cur.execute("SELECT key, id FROM units WHERE project = ? AND key IN "
+                                     "(SELECT unnest(?::VARCHAR[]))", [project, columns[0]]).fetchall())
+        ids.update((r[0], found[r[1]]) for r in rows)
+        moved.units += len(inserted)
+        moved.units_there += len(rows) - len(inserted)
+        progress(len(rows))
+    return ids
+
+
+def _copy_links(source: SqlStore, target: SqlStore, project: str, ids: dict[int, int], moved: Moved) -> None:
+    """Supersession links, mapped to the target's ids (a link may name a later unit)."""
+    links = source.fetch("SELECT id, supersedes, superseded_by FROM units WHERE project = ? AND "
+                         "(supersedes IS NOT NULL OR superseded_by IS NOT NULL)", [project])
+    if not links:
+        return
+    mapped = [[ids[i] for i, _, _ in links], [ids.get(s) for _, s, _ in links], [ids.get(b) for _, _, b in links]]
+    with target.transaction(project) as cur:
+        changed = [r[0] for r in cur.execute(
+            "UPDATE units SET supersedes = m.s, superseded_by = m.b FROM (SELECT unnest(?::BIGINT[]) AS id, "
+            "unnest(?::BIGINT[]) AS s, unnest(?::BIGINT[]) AS b) m WHERE units.id = m.id AND "
+            "(units.supersedes IS DISTINCT FROM m.s OR units.superseded_by IS DISTINCT FROM m.b) "
+            "RETURNING units.id", mapped).fetchall()]
+        if changed:
+            target._bump(cur, project, changed)
+    moved.links += len(changed)
+
+
+def _copy_vectors(source: SqlStore, target: SqlStore, project: str, ids: dict[int, int], moved: Moved) -> None:
+    """Each model's current vectors, under the target's ids, where the target lacks them and
+    holds the same content (a row the target had already under the key may say something else)."""
+    for (model,) in source.fetch("SELECT DISTINCT model FROM vectors"):
+        _, parts = source.vectors(model).load(project)
+        rows = target.vectors(model)
+        for part in parts:
+            for start in range(0, len(part.ids), WINDOW):
+                old = part.ids[start:start + WINDOW].tolist()
+                hashes = {u.id: u.content_hash for u in source.units_by_id(old).values()}
+                wanted = {ids[i]: k for k, i in enumerate(old, start) if i in ids}
+                back = {ids[i]: i for i in old if i in ids}
+                units = {i: u for i, u in target.units_by_id(_lacking(target, model, list(wanted))).items()
+                         if u.content_hash == hashes.get(back[i])}
+                if units:
+                    order = sorted(units)
+                    rows.put([units[i] for i in order], part.matrix[np.array([wanted[i] for i in order])],
+                             [units[i].content_hash for i in order])
+                    moved.vectors += len(order)
+
+
+def _lacking(target: SqlStore, model: str, ids: list[int]) -> list[int]:
+    """The target units among `ids` without a current vector for `model`."""
+    if not ids:
+        return []
+    where, params = target.id_filter("u.id", ids)
+    return [r[0] for r in target.fetch(
+        f"SELECT u.id FROM units u LEFT JOIN vectors v ON v.unit_id = u.id AND v.model = ? "
+        f"AND v.content_hash = u.content_hash WHERE v.unit_id IS NULL AND {where}", [model, *params])]

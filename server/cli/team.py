@@ -1,0 +1,49 @@
+"""`agentmemrec migrate --to postgresql://...`: the home's DuckDB store moved into a team store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from agentmemrec.indexing.errors import InputError, StoreLocked
+from agentmemrec.server.console import emit
+from agentmemrec.server.settings import Settings
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    p = sub.add_parser("migrate", help="copy the home's DuckDB store into a PostgreSQL store "
+                       "(idempotent: run it again to resume or to copy what was added since)")
+    p.add_argument("--to", required=True, metavar="URL", help="the PostgreSQL store, postgresql://...")
+    p.add_argument("--project", action="append", default=None,
+                   help="a project to copy (repeatable; default: every project)")
+    return {"migrate": cmd_migrate}
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from agentmemrec.indexing.store.backends import check_store_url, open_store  # noqa: PLC0415
+    from agentmemrec.indexing.store.migrate import migrate, units_to_move  # noqa: PLC0415
+    url, home = check_store_url(args.to), Settings.load().home
+    if not (home / "memory.duckdb").exists():
+        raise InputError(f"no store to migrate in {home}; set AGENTMEMREC_HOME to the home that holds it")
+    try:
+        source = open_store(home)
+    except StoreLocked as exc:
+        raise InputError(f"{exc}; stop the servers using {home} (the pid is in {home / 'owner.lock'}), "
+                         "then run migrate again") from exc
+    try:
+        target = open_store(home, url)
+        try:
+            total = sum(units_to_move(source, args.project).values())
+            with tqdm(total=total, desc="migrate", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
+                moved = migrate(source, target, args.project, bar.update)
+        finally:
+            target.close()
+    finally:
+        source.close()
+    emit(f"{moved.units} units copied ({moved.units_there} already there), {moved.links} supersession "
+         f"links, {moved.vectors} vectors (nothing re-embedded), {moved.tokens} tokens "
+         f"({moved.tokens_there} already there); saved explanations stay behind")
+    return 0

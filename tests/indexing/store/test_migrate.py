@@ -1,0 +1,102 @@
+"""`agentmemrec migrate --to postgresql://...`: a local DuckDB store moved into a team store that
+holds other units already; the same rows, links, vectors, tokens and slates come out; a second
+run copies nothing and an interrupted run resumes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agentmemrec.indexing.dense.backfill import embed_pending
+from agentmemrec.indexing.store import migrate as migration
+from agentmemrec.indexing.store.duckdb_store import DuckDBStore
+from agentmemrec.indexing.store.postgres_store import PostgresStore
+from agentmemrec.indexing.units import validate_batch
+from agentmemrec.ranking.slate import build_slate
+from agentmemrec.server.cli import main
+
+from helpers import BagOfWords
+from test_postgres import AS_OF, history, memory_on
+
+
+def rows_by_key(store) -> dict:
+    """Every unit as the store holds it, by (project, key), with links named by key."""
+    rows = store.fetch("SELECT id, project, key, kind, ref, chunk, content_hash, text, tokens, session, role, "
+                       "speaker, title, status, path, heading, recorded_at, supersedes, superseded_by FROM units")
+    keys = {r[0]: r[2] for r in rows}
+    return {(r[1], r[2]): (*r[3:17], keys.get(r[17]), keys.get(r[18])) for r in rows}
+
+
+def vectors_by_key(store, model: str) -> dict:
+    keys = {i: k for i, k in store.fetch("SELECT id, key FROM units WHERE project = 'p'")}
+    _, parts = store.vectors(model).load("p")
+    return {keys[i]: v.tobytes() for p in parts for i, v in zip(p.ids.tolist(), p.matrix)}
+
+
+@pytest.fixture
+def local(home, capsys):
+    """The home's DuckDB store: a history with supersessions, notes and vectors, and a token."""
+    memory = memory_on(DuckDBStore(home / "memory.duckdb"), BagOfWords())
+    for batch in history(random.Random(11), 20):
+        memory.remember("p", batch)
+    memory.remember("q", [{"kind": "turn", "text": "another project's turn", "ref": "q1"}])
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    memory.close()
+    assert main(["tokens", "add", "alice", "--projects", "p"]) == 0
+    capsys.readouterr()
+    return home
+
+
+def test_migrate_copies_rows_links_vectors_and_tokens_into_a_shared_store_and_slates_match(local, pg_url, capsys):
+    team = PostgresStore(pg_url)  # a colleague's project is there first: the ids differ
+    team.write("colleague", validate_batch([{"kind": "turn", "text": f"colleague turn {i}"} for i in range(7)]))
+    assert embed_pending(team.vectors("bow@1"), BagOfWords()) == 7
+    team.close()
+    assert main(["migrate", "--to", pg_url]) == 0
+    assert "units copied (0 already there)" in capsys.readouterr().out
+    duck, pg = DuckDBStore(local / "memory.duckdb"), PostgresStore(pg_url)
+    copied = rows_by_key(pg)
+    assert {k: v for k, v in copied.items() if k[0] != "colleague"} == rows_by_key(duck)
+    ours, theirs = vectors_by_key(duck, "bow@1"), vectors_by_key(pg, "bow@1")
+    assert {i for (i,) in pg.fetch("SELECT id FROM units WHERE project = 'p'")} != \
+           {i for (i,) in duck.fetch("SELECT id FROM units WHERE project = 'p'")}
+    assert theirs == ours  # nothing to embed again
+    assert [t.name for t in pg.tokens()] == ["alice"] and pg.token(duck.fetch("SELECT secret_sha256 FROM tokens")[0][0])
+    memories = [memory_on(store, BagOfWords()) for store in (duck, pg)]
+    assert memories[1].dense.vectors.count_pending("p") == 0  # every vector came along
+    for query in ["kafka broker partition", "schema migration index"]:
+        slates = [build_slate("s_000000000000", "p", s.ranked, 600, s.inputs)
+                  for s in (m.select("p", query, AS_OF) for m in memories)]
+        assert [(i.unit.ref, i.unit.text, i.status) for i in slates[0].items] == \
+               [(i.unit.ref, i.unit.text, i.status) for i in slates[1].items] and slates[0].items
+    for memory in memories:
+        memory.close()
+    assert main(["migrate", "--to", pg_url]) == 0  # again: nothing new
+    assert capsys.readouterr().out.startswith("0 units copied (")
+
+
+def test_an_interrupted_migration_resumes_and_stores_each_unit_once(local, pg_url, monkeypatch, capsys):
+    monkeypatch.setattr(migration, "WINDOW", 7)
+    calls = []
+
+    def interrupt(n: int) -> None:
+        calls.append(n)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+    source, target = DuckDBStore(local / "memory.duckdb"), PostgresStore(pg_url)
+    with pytest.raises(KeyboardInterrupt):
+        migration.migrate(source, target, progress=interrupt)
+    assert 0 < target.count_units("p") < source.count_units("p")
+    moved = migration.migrate(source, target)
+    assert moved.units_there == 21 and target.count_units("p") == source.count_units("p")
+    assert rows_by_key(target) == rows_by_key(source)
+    source.close()
+    target.close()
+
+
+def test_migrate_refuses_a_target_that_is_no_postgresql_url_and_a_home_without_a_store(home, capsys):
+    assert main(["migrate", "--to", "sqlite:///x.db"]) == 2
+    assert "must be a PostgreSQL URL" in capsys.readouterr().err
+    assert main(["migrate", "--to", "postgresql://nobody@127.0.0.1:1/x"]) == 2
+    assert "no store to migrate in" in capsys.readouterr().err
