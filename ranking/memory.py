@@ -37,7 +37,7 @@ from agentmemrec.indexing.units import (
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from agentmemrec.ranking.features import FEATURE_NAMES
-from agentmemrec.ranking.loading import load_ranker, open_embedder
+from agentmemrec.ranking.loading import open_models
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, display_status
 
@@ -90,21 +90,21 @@ class Memory:
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
              background: bool = True, ranker_model: Path | None = None, redact: bool = True,
              rerank_limit: int | None = None, store_url: str | None = None,
-             index_memory: int | None = INDEX_MEMORY) -> "Memory":
+             index_memory: int | None = INDEX_MEMORY, inference: str | None = None) -> "Memory":
         """The store (the home's DuckDB file, or the PostgreSQL database `store_url` names), its
-        derived indexes and the active models under `home`. A missing or broken model degrades
-        (to lexical retrieval, to fusion order), logged once and stated in every explanation.
-        `index_memory` bounds what each derived index keeps of projects' snapshots (bytes)."""
+        derived indexes and the active models under `home`, or those of the inference servers
+        `inference` names. A missing or broken model degrades (to lexical retrieval, to fusion
+        order), logged once and stated in every explanation. `index_memory` bounds what each
+        derived index keeps of projects' snapshots (bytes)."""
         store = open_store(home, store_url)
         bm25_dir = store.index_dir / "bm25" if store.index_dir else None
         channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir, index_memory))]
-        embedder, problems = open_embedder(home, device)
+        embedder, ranker, problems = open_models(home, device, ranker_model, rerank_limit, inference)
         dense = DenseIndex(store, embedder, index_memory) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
         if dense is not None:
             channels.append(DenseChannel(dense))
-        ranker, ranker_problems = load_ranker(home, device, ranker_model, embedder, rerank_limit)
-        return cls(store, channels, ranker, config, dense, worker, problems + ranker_problems, redact)
+        return cls(store, channels, ranker, config, dense, worker, problems, redact)
 
     def start_embedding(self, warm: str | None = None) -> None:
         """Embed in the background what lacks a vector. With `warm`, that project's indexes are

@@ -60,12 +60,13 @@ class ModelChoices:
     device: str | None = None  # a device spec (`cpu`, `cuda:fp16`); `auto` is no choice
     ranker_model: str | None = None  # a ranker model file, resolved; None: the shipped one
     rerank_limit: int | None = None
+    inference: str | None = None  # inference server URLs
 
     @classmethod
     def of(cls, settings: Settings) -> "ModelChoices":
         return cls(None if settings.device == "auto" else settings.device,
                    str(settings.ranker_model.resolve()) if settings.ranker_model else None,
-                   settings.rerank_limit)
+                   settings.rerank_limit, settings.inference)
 
     def conflicts(self, owner: "ModelChoices", device: str | None, limit: int | None) -> list[str]:
         """The choices of this caller that an owner with `owner`'s choices, its models on
@@ -81,6 +82,8 @@ class ModelChoices:
                        f"{owner.ranker_model or 'the shipped model'})")
         if self.rerank_limit is not None and limit is not None and self.rerank_limit != limit:
             out.append(f"--rerank-limit {self.rerank_limit} (the owner's cross-encoder scores {limit})")
+        if self.inference is not None and self.inference != owner.inference:
+            out.append(f"--inference {self.inference} (the owner's models run {owner.inference or 'in it'})")
         return out
 
 
@@ -245,7 +248,7 @@ def shared_memory(settings: Settings) -> SharedMemory:
         memory = Memory.open(settings.home, config, settings.device, background=False,
                              ranker_model=settings.ranker_model, redact=settings.redact,
                              rerank_limit=settings.rerank_limit, store_url=settings.store,
-                             index_memory=settings.index_memory_mib << 20)
+                             index_memory=settings.index_memory_mib << 20, inference=settings.inference)
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,

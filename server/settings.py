@@ -18,6 +18,7 @@ from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.owner_socket import STORE_ENV, default_home
 
 VERSION = version("agentmemrec")
+INFERENCE_ENV = "AGENTMEMREC_INFERENCE"  # inference server URLs: models run there, not here
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
 
 log = logging.getLogger("agentmemrec")
@@ -48,6 +49,7 @@ class Access:
 class Settings:
     home: Path
     store: str | None = None  # a PostgreSQL URL; None: the DuckDB file in the home
+    inference: str | None = None  # inference server URLs (comma-separated); None: the home's models
     project: str = "default"
     allowed: frozenset[str] = frozenset({"default"})
     pool_size: int = DEFAULT_POOL
@@ -74,8 +76,9 @@ class Settings:
         names = allow.split(",") if isinstance(allow, str) else list(allow or [])
         allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
         store = extra.pop("store", None) or env.get(STORE_ENV) or None
+        inference = extra.pop("inference", None) or env.get(INFERENCE_ENV) or None
         return cls(home=default_home(env), store=check_store_url(store) if store else None,  # type: ignore[arg-type]
-                   project=project, allowed=allowed, **extra)
+                   inference=inference, project=project, allowed=allowed, **extra)
 
     @property
     def access(self) -> Access:

@@ -23,7 +23,7 @@ from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
 
-from helpers import settings_for
+from helpers import SENTENCES, settings_for
 
 
 @pytest.fixture
@@ -83,6 +83,43 @@ def backend(request: pytest.FixtureRequest) -> str:
 def store_url(backend: str, request: pytest.FixtureRequest) -> str | None:
     """None for the home's DuckDB file; for PostgreSQL, a fresh schema (`pg_url`)."""
     return None if backend == "duckdb" else request.getfixturevalue("pg_url")
+
+
+def _tiny_xlmr(directory: Path) -> None:
+    """A randomly initialised XLM-RoBERTa classifier with one logit and a fast tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification
+    tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = SENTENCES + ["which broker do payment events use", "kafka rabbitmq queue topic replay"] * 5
+    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"]))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                   cls_token="<s>", pad_token="<pad>", unk_token="<unk>", model_max_length=64)
+    config = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=64, max_position_embeddings=130,
+                              num_labels=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    torch.manual_seed(0)
+    XLMRobertaForSequenceClassification(config).eval().save_pretrained(directory)
+    fast.save_pretrained(directory)
+
+
+@pytest.fixture(scope="session")
+def reranker_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A home with a tiny random XLM-RoBERTa cross-encoder (bge-reranker-v2-m3's architecture)
+    installed by `models install`, and the folder it was exported from."""
+    source = tmp_path_factory.mktemp("xlmr")
+    _tiny_xlmr(source)
+    home = tmp_path_factory.mktemp("rerank-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(home))
+    try:
+        assert main(["models", "install", str(source), "--as", "reranker", "--name", "xlmr"]) == 0
+    finally:
+        mp.undo()
+    return home, source
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmemrec.server.settings import Settings
 
+SENTENCES = ["The deploy pipeline runs on GitHub Actions.", "We chose Kafka for payment events.",
+             "Le chat dort sur le canapé.", "x " * 400]  # what the model tests embed and score
+
 # The suites that must hold on both backends: `store_url` (conftest) is None or a PostgreSQL schema.
 BOTH = pytest.mark.parametrize("backend", ["duckdb", "postgresql"], indirect=True)
 
@@ -45,11 +48,11 @@ class Server:
 
 
 @asynccontextmanager
-async def http_server(home: Path, *extra: str) -> AsyncIterator[Server]:
-    port = free_port()
-    server = Server(f"http://127.0.0.1:{port}/mcp")
+async def serving(home: Path, args: list[str], url: str) -> AsyncIterator[Server]:
+    """`agentmemrec ARGS` as a process with its own home, once its HTTP server listens."""
+    server = Server(url)
     ready = anyio.Event()
-    cmd = [sys.executable, "-m", "agentmemrec.server.cli", "serve", "--http", "--port", str(port), *extra]
+    cmd = [sys.executable, "-m", "agentmemrec.server.cli", *args]
     async with await anyio.open_process(cmd, env={**os.environ, "AGENTMEMREC_HOME": str(home)}) as proc:
         server.pid = proc.pid
 
@@ -61,13 +64,21 @@ async def http_server(home: Path, *extra: str) -> AsyncIterator[Server]:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_log)
-            with anyio.fail_after(60):
+            with anyio.fail_after(120):
                 await ready.wait()
             try:
                 yield server
             finally:
                 with suppress(ProcessLookupError):  # a test may have killed it
                     proc.terminate()
+
+
+@asynccontextmanager
+async def http_server(home: Path, *extra: str) -> AsyncIterator[Server]:
+    port = free_port()
+    async with serving(home, ["serve", "--http", "--port", str(port), *extra],
+                       f"http://127.0.0.1:{port}/mcp") as server:
+        yield server
 
 
 def mcp_client(url: str, secret: str) -> Client:

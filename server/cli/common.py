@@ -50,6 +50,12 @@ def transcript_args(p: argparse.ArgumentParser) -> None:
                    help="also store subagent (sidechain) turns (claude-code)")
 
 
+def inference_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inference", default=None, metavar="URL[,URL]",
+                   help="embed and cross-encode on these inference servers (text-embeddings-inference's "
+                        "API, or `agentmemrec models serve`) instead of here (default: $AGENTMEMREC_INFERENCE)")
+
+
 def device_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="where models run: auto, cpu or cuda, optionally "
                    ":fp32 or :fp16 (auto: FP16 on CUDA, FP32 on CPU)")

@@ -1,4 +1,5 @@
-"""`agentmemrec models install|list|deactivate`: the ONNX embedder and cross-encoder."""
+"""`agentmemrec models install|list|deactivate|serve`: the ONNX embedder and cross-encoder, and serving
+them to other processes over HTTP."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.server.cli.common import device_arg
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
 
@@ -32,12 +34,21 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     msub.add_parser("list", help="installed models, which are active, and where they run")
     d = msub.add_parser("deactivate", help="stop using the active model of a role (it stays installed)")
     d.add_argument("role", choices=["embedder", "reranker"], help="the role whose model is no longer used")
+    s = msub.add_parser("serve", help="serve the active models over HTTP with text-embeddings-inference's "
+                        "API (/embed, /rerank, /info), for replicas started with --inference URL")
+    s.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1 only)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    s.add_argument("--rerank-tokens", type=int, default=None, help="where each (query, text) pair is cut for "
+                   "the cross-encoder (default: what the shipped ranker for these models was trained with)")
+    device_arg(s)
     return {"models": cmd_models}
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.dense import models  # noqa: PLC0415
     home = Settings.load().home
+    if args.models_command == "serve":
+        return serve_models(home, args.host, args.port, args.device, args.rerank_tokens)
     if args.models_command == "install":
         return _install(home, args)
     if args.models_command == "deactivate":
@@ -97,4 +108,17 @@ def _list(home: Path) -> int:
     for role in models.ROLES:
         if active.get(role) is None:
             emit(f"  no active {role}")
+    return 0
+
+
+def serve_models(home: Path, host: str, port: int, device: str, rerank_tokens: int | None) -> int:
+    import uvicorn  # noqa: PLC0415
+
+    from agentmemrec.ranking.loading import serving_models  # noqa: PLC0415
+    from agentmemrec.server.inference import inference_app  # noqa: PLC0415
+    embedder, reranker = serving_models(home, device, rerank_tokens)
+    for model in (embedder, reranker):
+        if model is not None:
+            emit(f"serving {model.manifest.role} {model.identity} on {model.device}")
+    uvicorn.run(inference_app(embedder, reranker), host=host, port=port, log_level="info")
     return 0

@@ -13,6 +13,7 @@ from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.cli.common import (
     device_arg,
+    inference_arg,
     note_args,
     positive,
     project_args,
@@ -39,6 +40,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     device_arg(p)
+    inference_arg(p)
     rerank_arg(p)
     p.add_argument("--index-memory", type=positive, default=INDEX_MEMORY >> 20, metavar="MIB",
                    help=f"memory each index (BM25, dense) keeps for projects' snapshots; the least "
@@ -68,7 +70,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def serve_settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(args.project, args.allow, store=args.store, pool_size=args.pool_size, device=args.device,
+    return Settings.load(args.project, args.allow, store=args.store, inference=args.inference,
+                         pool_size=args.pool_size, device=args.device,
                          rerank_limit=args.rerank_limit, index_memory_mib=args.index_memory,
                          ranker_model=args.ranker_model, http=args.http,
                          max_request_bytes=args.max_request_bytes, watch=watch_folders(args.watch),

@@ -25,9 +25,9 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.ranking.cross_encoder import OnnxReranker
 from agentmemrec.server.cli import main
 
+from helpers import SENTENCES
+
 torch = pytest.importorskip("torch", reason="the model tests need the test extra (torch)")
-SENTENCES = ["The deploy pipeline runs on GitHub Actions.", "We chose Kafka for payment events.",
-             "Le chat dort sur le canapé.", "x " * 400]
 
 
 def test_install_writes_a_manifest_and_activates_the_model(minilm_home):
@@ -173,40 +173,6 @@ def test_a_damaged_model_file_is_reported_not_a_crash(tmp_path, minilm_home, mon
         assert any("embedder unusable" in n and "reinstall" in n for n in memory.notes("p"))
     finally:
         memory.close()
-
-
-def _tiny_xlmr(directory: Path) -> None:
-    """A randomly initialised XLM-RoBERTa classifier with one logit and a fast tokenizer."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification
-    tok = Tokenizer(models.WordPiece(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    corpus = SENTENCES + ["which broker do payment events use", "kafka rabbitmq queue topic replay"] * 5
-    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"]))
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                                   cls_token="<s>", pad_token="<pad>", unk_token="<unk>", model_max_length=64)
-    config = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
-                              num_attention_heads=4, intermediate_size=64, max_position_embeddings=130,
-                              num_labels=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
-    torch.manual_seed(0)
-    XLMRobertaForSequenceClassification(config).eval().save_pretrained(directory)
-    fast.save_pretrained(directory)
-
-
-@pytest.fixture(scope="session")
-def reranker_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    source = tmp_path_factory.mktemp("xlmr")
-    _tiny_xlmr(source)
-    home = tmp_path_factory.mktemp("rerank-home")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AGENTMEMREC_HOME", str(home))
-    try:
-        assert main(["models", "install", str(source), "--as", "reranker", "--name", "xlmr"]) == 0
-    finally:
-        mp.undo()
-    return home, source
 
 
 def _torch_scores(source: Path, query: str, texts: list[str]) -> np.ndarray:

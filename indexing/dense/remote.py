@@ -1,0 +1,154 @@
+"""Embedding and cross-encoding on an inference server instead of in this process.
+
+The API is Hugging Face text-embeddings-inference's (TEI), which other memory servers speak as
+well: `GET /info` says what a server runs, `POST /embed` {"inputs", "normalize", "truncate"}
+returns a vector per input, `POST /rerank` {"query", "texts", "raw_scores", "truncate"} returns
+[{"index", "score"}]. A TEI server runs one model, named by `model_id` and `model_sha`;
+`agentmemrec models serve` (server/inference.py) answers the same API with a home's ONNX
+models, both roles on one server, and names each by the identity its vectors record under the
+`agentmemrec` key of `/info`. One GPU machine so serves many CPU replicas.
+
+Identity is checked, never assumed: a served model that is not the one this home has installed
+for its role is refused, so vectors of two models are never mixed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import httpx2
+import numpy as np
+
+from agentmemrec.indexing.dense.models import Manifest
+from agentmemrec.indexing.errors import StoreError
+
+TIMEOUT_S = 60.0  # a batch of 256 long texts on a busy CPU server
+CLIENT_BATCH = 32  # TEI's default max_client_batch_size
+
+
+@dataclass(frozen=True)
+class Served:
+    """One model an inference server runs."""
+
+    url: str
+    role: str  # "embedder" | "reranker"
+    identity: str
+    device: str
+    dim: int | None = None
+    batch: int = CLIENT_BATCH
+    max_tokens: int | None = None  # where the server cuts a text (a reranker: a pair)
+
+
+class InferenceClient:
+    """JSON over HTTP to one server; failures are `StoreError`s that name it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx2.Client(timeout=TIMEOUT_S)
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> Any:
+        return self._send("GET", path, None)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._send("POST", path, body)
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        try:
+            reply = self._http.request(method, self.url + path, json=body)
+        except httpx2.HTTPError as exc:
+            raise StoreError(f"the inference server at {self.url} cannot be reached ({exc})") from exc
+        if reply.status_code != 200:
+            raise StoreError(f"the inference server at {self.url} answered {path} with "
+                             f"{reply.status_code}: {reply.text[:300]}")
+        return reply.json()
+
+
+def served_models(url: str) -> list[Served]:
+    """What the server at `url` runs, from its /info (ours names both roles; TEI's one model)."""
+    client = InferenceClient(url)
+    info = client.get("/info")
+    ours = info.get("agentmemrec")
+    if isinstance(ours, dict):
+        return [Served(url, role, m["identity"], m.get("device", "remote"), m.get("dim"),
+                       int(info.get("max_client_batch_size") or CLIENT_BATCH), m.get("max_tokens"))
+                for role, m in ours.items() if isinstance(m, dict)]
+    kind = info.get("model_type") or {}
+    role = "reranker" if "reranker" in kind else "embedder" if "embedding" in kind else None
+    if role is None:
+        raise StoreError(f"the inference server at {url} runs neither an embedding nor a reranking model: {kind}")
+    sha = str(info.get("model_sha") or "")
+    identity = f"{info.get('model_id')}@{sha[:12]}" if sha else str(info.get("model_id"))
+    return [Served(url, role, identity, "remote", None, int(info.get("max_client_batch_size") or CLIENT_BATCH),
+                   info.get("max_input_length"))]
+
+
+def check_identity(model: Served, installed: Manifest | None) -> str | None:
+    """Why a served model is refused (None: accepted): it is not this home's model for the role."""
+    if installed is None or installed.identity == model.identity:
+        return None
+    return (f"the inference server at {model.url} runs {model.role} {model.identity}, not this home's "
+            f"{installed.identity}: refused, so vectors of two models are never mixed (serve the same "
+            f"model there, or install it here with agentmemrec models install)")
+
+
+def connect(urls: str, installed: dict[str, Manifest | None]) -> tuple[dict[str, Served], list[str]]:
+    """The models the servers at `urls` (comma-separated) may be used for, by role, and why any
+    other was refused. A role this home has a model for must be served with that very model."""
+    usable: dict[str, Served] = {}
+    problems: list[str] = []
+    for url in filter(None, (u.strip() for u in urls.split(","))):
+        try:
+            served = served_models(url)
+        except StoreError as exc:
+            problems.append(str(exc))
+            continue
+        for model in served:
+            refusal = check_identity(model, installed.get(model.role))
+            if refusal is None:
+                usable.setdefault(model.role, model)
+            else:
+                problems.append(refusal)
+    return usable, problems
+
+
+class RemoteEmbedder:
+    """The `Embedder` protocol over POST /embed."""
+
+    def __init__(self, model: Served) -> None:
+        self.client, self.batch = InferenceClient(model.url), model.batch
+        self.identity, self.device = model.identity, model.device
+        self.dim = model.dim or len(self._embed(["dimension probe"])[0])
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        return self.client.post("/embed", {"inputs": texts, "normalize": True, "truncate": True})
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), self.batch):
+            rows = np.asarray(self._embed(texts[start:start + self.batch]), dtype=np.float32)
+            if rows.shape != (min(self.batch, len(texts) - start), self.dim):
+                raise StoreError(f"the inference server at {self.client.url} returned vectors of shape "
+                                 f"{rows.shape} for {self.identity} (dim {self.dim})")
+            out[start:start + len(rows)] = rows
+        return out
+
+
+class RemoteReranker:
+    """The `Reranker` protocol over POST /rerank: raw logits, as the local cross-encoder gives."""
+
+    def __init__(self, model: Served, limit: int) -> None:
+        self.client, self.batch = InferenceClient(model.url), model.batch
+        self.identity, self.device, self.limit = model.identity, model.device, limit
+        self.max_tokens = model.max_tokens  # the server's: a client cannot cut pairs without the tokenizer
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros(len(texts), dtype=np.float32)
+        for start in range(0, len(texts), self.batch):
+            part = list(texts[start:start + self.batch])
+            for hit in self.client.post("/rerank", {"query": query, "texts": part, "raw_scores": True,
+                                                    "truncate": True, "return_text": False}):
+                out[start + int(hit["index"])] = float(hit["score"])
+        return out

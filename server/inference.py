@@ -1,0 +1,97 @@
+"""`agentmemrec models serve`: a home's ONNX embedder and cross-encoder behind the API of Hugging
+Face text-embeddings-inference, so one GPU machine embeds and cross-encodes for many CPU replicas
+(`serve --inference URL`, indexing/dense/remote.py).
+
+`/info` is TEI's (the embedder's `model_id` and `model_sha`) plus an `agentmemrec` key that
+names each role's identity, dimension and device: what a client checks before it stores a vector.
+`/embed` and `/rerank` take TEI's bodies; the models run in worker threads, one batch at a time
+each (their sessions already use every core or the GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentmemrec.indexing.dense.embedder import OnnxEmbedder
+from agentmemrec.ranking.cross_encoder import OnnxReranker
+from agentmemrec.server.settings import VERSION
+
+MAX_INPUTS = 256  # texts per request (TEI's default client batch is 32)
+
+
+class Refused(Exception):
+    """A request the caller can fix: answered 422 with TEI's error body."""
+
+
+def _texts(value: Any, what: str) -> list[str]:
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise Refused(f"{what} must be a string or a non-empty list of strings")
+    if len(texts) > MAX_INPUTS:
+        raise Refused(f"{what} holds {len(texts)} texts; send at most {MAX_INPUTS} per request")
+    return texts
+
+
+def info(embedder: OnnxEmbedder | None, reranker: OnnxReranker | None) -> dict[str, Any]:
+    first = embedder or reranker
+    roles = {role: {"identity": m.identity, "device": m.device, **({"dim": m.dim} if role == "embedder" else {}),
+                    "max_tokens": m.manifest.max_length if role == "embedder" else m.max_tokens}
+             for role, m in (("embedder", embedder), ("reranker", reranker)) if m is not None}
+    return {"model_id": first.manifest.name, "model_sha": first.manifest.sha256,
+            "model_type": {"embedding": {"pooling": embedder.manifest.pooling}} if embedder else {"reranker": {}},
+            "max_input_length": first.manifest.max_length, "max_client_batch_size": MAX_INPUTS,
+            "version": VERSION, "agentmemrec": roles}
+
+
+def inference_app(embedder: OnnxEmbedder | None, reranker: OnnxReranker | None) -> Starlette:
+    described = info(embedder, reranker)
+
+    async def handle(request: Request, model: Any, run: Any) -> JSONResponse:
+        if model is None:
+            return JSONResponse({"error": f"this server runs no model for {request.url.path}",
+                                 "error_type": "Backend"}, status_code=424)
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise Refused("the body must be a JSON object")
+            return JSONResponse(await anyio.to_thread.run_sync(run, body))
+        except ValueError:
+            return JSONResponse({"error": "the body is not JSON", "error_type": "Validation"}, status_code=422)
+        except Refused as exc:
+            return JSONResponse({"error": str(exc), "error_type": "Validation"}, status_code=422)
+
+    def embed(body: dict[str, Any]) -> list[list[float]]:
+        return embedder.embed(_texts(body.get("inputs"), "inputs")).tolist()
+
+    def rerank(body: dict[str, Any]) -> list[dict[str, float]]:
+        query, texts = body.get("query"), _texts(body.get("texts"), "texts")
+        if not isinstance(query, str):
+            raise Refused("query must be a string")
+        scores = reranker.score(query, texts)
+        if not body.get("raw_scores", False):  # TEI's default: the logit through a sigmoid
+            scores = 1 / (1 + np.exp(-scores))
+        order = np.argsort(-scores, kind="stable")
+        return [{"index": int(i), "score": float(scores[i])} for i in order]
+
+    async def info_route(_: Request) -> JSONResponse:
+        return JSONResponse(described)
+
+    async def health(_: Request) -> JSONResponse:
+        return JSONResponse({})
+
+    async def embed_route(request: Request) -> JSONResponse:
+        return await handle(request, embedder, embed)
+
+    async def rerank_route(request: Request) -> JSONResponse:
+        return await handle(request, reranker, rerank)
+
+    return Starlette(routes=[Route("/info", info_route), Route("/health", health),
+                             Route("/embed", embed_route, methods=["POST"]),
+                             Route("/rerank", rerank_route, methods=["POST"])])

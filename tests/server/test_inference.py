@@ -1,0 +1,116 @@
+"""`agentmemrec models serve` and `--inference URL`: the real ONNX models behind
+text-embeddings-inference's API in a server process, and a memory that embeds and cross-encodes
+through it; a served model with another identity than the home's is refused, never mixed in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import anyio
+import httpx2
+import numpy as np
+import pytest
+
+from agentmemrec.indexing.dense.backfill import embed_pending
+from agentmemrec.indexing.dense.embedder import OnnxEmbedder
+from agentmemrec.indexing.dense.models import active, models_dir, read_manifest
+from agentmemrec.indexing.dense.remote import RemoteEmbedder, RemoteReranker, connect, served_models
+from agentmemrec.ranking.cross_encoder import OnnxReranker
+from agentmemrec.ranking.memory import Memory
+
+from helpers import SENTENCES, Server, free_port, serving
+
+pytestmark = pytest.mark.anyio
+
+
+def link_models(home: Path, *sources: tuple[Path, str, str]) -> Path:
+    """A home whose models are links to installed ones: (home, name, role) each."""
+    models_dir(home).mkdir(parents=True)
+    for source, name, role in sources:
+        (models_dir(home) / name).symlink_to(models_dir(source) / name, target_is_directory=True)
+    (models_dir(home) / "active.json").write_text(json.dumps({role: name for _, name, role in sources}))
+    return home
+
+
+@pytest.fixture
+def serving_home(tmp_path, minilm_home, reranker_home) -> Path:
+    return link_models(tmp_path / "gpu-box", (minilm_home, "minilm", "embedder"),
+                       (reranker_home[0], "xlmr", "reranker"))
+
+
+def models_server(home: Path) -> AbstractAsyncContextManager[Server]:
+    port = free_port()
+    return serving(home, ["models", "serve", "--port", str(port), "--device", "cpu"], f"http://127.0.0.1:{port}")
+
+
+async def test_served_models_answer_as_the_local_onnx_sessions_do(serving_home):
+    async with models_server(serving_home) as server:
+        url = server.url
+        served = {m.role: m for m in await anyio.to_thread.run_sync(served_models, url)}
+        local = active(serving_home)
+        assert {r: m.identity for r, m in served.items()} == {r: m.identity for r, m in local.items()}
+        embedder = OnnxEmbedder(models_dir(serving_home) / "minilm", "cpu")
+        remote = await anyio.to_thread.run_sync(RemoteEmbedder, served["embedder"])
+        assert remote.dim == 384
+        got = await anyio.to_thread.run_sync(remote.embed, SENTENCES * 20)  # several client batches
+        np.testing.assert_allclose(got, embedder.embed(SENTENCES * 20), atol=1e-6)
+        reranker = OnnxReranker(models_dir(serving_home) / "xlmr", "cpu")
+        query = "which broker do payment events use"
+        scores = await anyio.to_thread.run_sync(RemoteReranker(served["reranker"], 24).score, query, SENTENCES)
+        np.testing.assert_allclose(scores, reranker.score(query, SENTENCES), atol=1e-5)
+        async with httpx2.AsyncClient() as http:  # TEI's error for a bad body, never a crash
+            reply = await http.post(f"{url}/embed", json={"inputs": [3]})
+            assert reply.status_code == 422 and "inputs must be" in reply.json()["error"]
+            scored = (await http.post(f"{url}/rerank", json={"query": query, "texts": SENTENCES})).json()
+            assert sorted(h["index"] for h in scored) == [0, 1, 2, 3] and all(0 < h["score"] < 1 for h in scored)
+
+
+async def test_a_memory_with_an_inference_url_embeds_and_cross_encodes_there(serving_home, tmp_path):
+    replica = tmp_path / "cpu-replica"  # no models of its own
+    async with models_server(serving_home) as server:
+        url = server.url
+        memory = await anyio.to_thread.run_sync(lambda: Memory.open(replica, background=False, inference=url))
+        try:
+            assert memory.dense is not None and memory.dense.embedder.identity == read_manifest(
+                models_dir(serving_home) / "minilm").identity
+            memory.remember("p", [{"kind": "turn", "text": t} for t in SENTENCES])
+            assert await anyio.to_thread.run_sync(embed_pending, memory.dense.vectors, memory.dense.embedder) == 4
+            slate = await anyio.to_thread.run_sync(memory.recall, "p", "which message broker carries payments")
+            why = memory.explain(slate.slate_id, {"p"})
+            assert all("dense" in c["channels"] for c in why["candidates"])
+            assert any(c["features"]["cross_encoder_z"] is not None for c in why["candidates"])
+        finally:
+            memory.close()
+
+
+async def test_a_served_model_that_is_not_the_homes_is_refused_and_not_mixed_in(serving_home, tmp_path, minilm_home):
+    other = tmp_path / "laptop" / "models" / "other"
+    shutil.copytree(models_dir(minilm_home) / "minilm", other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "name": "other"}))
+    (other.parent / "active.json").write_text(json.dumps({"embedder": "other"}))
+    async with models_server(serving_home) as server:
+        url = server.url
+        served, problems = await anyio.to_thread.run_sync(connect, url, active(tmp_path / "laptop"))
+        assert "embedder" not in served and "reranker" in served
+        assert any("not this home's other@" in p and "never mixed" in p for p in problems)
+        memory = await anyio.to_thread.run_sync(lambda: Memory.open(tmp_path / "laptop", background=False,
+                                                                    inference=url))
+        try:
+            assert memory.dense is None and any("refused" in p for p in memory.problems)
+        finally:
+            memory.close()
+
+
+def test_an_unreachable_inference_server_leaves_bm25_and_says_so(tmp_path):
+    memory = Memory.open(tmp_path / "home", background=False, inference="http://127.0.0.1:1")
+    try:
+        assert memory.dense is None and memory.ranker is not None
+        assert any("cannot be reached" in p for p in memory.problems)
+        memory.remember("p", [{"kind": "turn", "text": "kafka partitions"}])
+        assert memory.recall("p", "kafka").items
+    finally:
+        memory.close()
