@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib import resources
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -41,9 +42,10 @@ def serving_home(tmp_path, minilm_home, reranker_home) -> Path:
                        (reranker_home[0], "xlmr", "reranker"))
 
 
-def models_server(home: Path) -> AbstractAsyncContextManager[Server]:
+def models_server(home: Path, *extra: str) -> AbstractAsyncContextManager[Server]:
     port = free_port()
-    return serving(home, ["models", "serve", "--port", str(port), "--device", "cpu"], f"http://127.0.0.1:{port}")
+    return serving(home, ["models", "serve", "--port", str(port), "--device", "cpu", *extra],
+                   f"http://127.0.0.1:{port}")
 
 
 async def test_served_models_answer_as_the_local_onnx_sessions_do(serving_home):
@@ -84,6 +86,27 @@ async def test_a_memory_with_an_inference_url_embeds_and_cross_encodes_there(ser
             assert any(c["features"]["cross_encoder_z"] is not None for c in why["candidates"])
         finally:
             memory.close()
+
+
+async def test_the_served_cross_encoder_runs_only_for_a_ranker_that_uses_it_cut_where_it_was_trained(
+        serving_home, tmp_path):
+    replica = tmp_path / "cpu-replica"
+    shipped = Path(str(resources.files("agentmemrec.ranking").joinpath("models/embedder-ranker.json")))
+    async with models_server(serving_home, "--rerank-tokens", "32") as server:
+        chosen = await anyio.to_thread.run_sync(lambda: Memory.open(replica, background=False, inference=server.url))
+        without = await anyio.to_thread.run_sync(lambda: Memory.open(
+            replica, background=False, inference=server.url, ranker_model=shipped))
+        try:  # minilm and xlmr: the closest shipped ranker is the CPU set's, which uses a cross-encoder
+            reranker = chosen.ranker.reranker
+            assert isinstance(reranker, RemoteReranker) and chosen.ranker.model.meta["file"] == "cpu-ranker.json"
+            assert (reranker.limit, reranker.max_tokens) == (chosen.ranker.model.rerank_depth, 32)
+            assert any("cuts cross-encoder pairs at 32 tokens" in p and "--rerank-tokens 128" in p
+                       for p in chosen.problems)
+            assert without.ranker.reranker is None and without.dense is not None
+            assert chosen.models()["cross_encoder"] == reranker.identity and without.models()["cross_encoder"] is None
+        finally:
+            chosen.close()
+            without.close()
 
 
 async def test_a_served_model_that_is_not_the_homes_is_refused_and_not_mixed_in(serving_home, tmp_path, minilm_home):
