@@ -32,6 +32,8 @@ Kinds (options in brackets):
 - `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
 - `gpu-batch-sweep FILE`, `model-cost-cpu FILE`: bench/model_throughput.py by batch; on a CPU.
 - `hook-latency FILE`: bench/hook_latency.py, the Claude Code hook's wall time per event.
+- `team-recall FILE`, `team-writes FILE`: bench/team.py, replicas on PostgreSQL against the
+  embedded store; `pgvector-hnsw FILE`: bench/pgvector_hnsw.py, HNSW against the exact search.
 - `hook-evidence FILE` [thresholds=a,b]: bench/hook_evidence.py, the share of prompts a hook
   answers at each top-score threshold, and the AUROC against held-out answerable prompts.
 """
@@ -416,6 +418,56 @@ def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
             rows.append([c["configuration"], f"{label} ({c['queries'][key]})",
                          *(pct(by[t][key]) for t in wanted), "" if auroc is None else f"{auroc:.3f}"])
     return grid(head, rows) + [sources(paths, [f"hook budget {docs[0]['budget']} tokens"])]
+
+
+# ---- the team store: bench/team.py, bench/pgvector_hnsw.py ---------------------------------------
+
+@kind("team-recall")
+def team_recall(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """recall_slate through serve --http, the embedded store against a PostgreSQL replica, by size."""
+    rows = []
+    for doc in docs:
+        for s in doc["sizes"]:
+            seen = s["write_visible_elsewhere"]
+            rows.append([num(s["units"]), num(s["recall_duckdb"]["p50_ms"]), num(s["recall_replica"]["p50_ms"]),
+                         f"**{s['replica_over_duckdb_p50']:.2f}**", num(s["recall_duckdb"]["p95_ms"]),
+                         num(s["recall_replica"]["p95_ms"]),
+                         f"{s['new_replica_listening_s']:.1f} s / {s['new_replica_first_recall_s']:.1f} s",
+                         f"{num(seen['p50_ms'])} ({seen['found_by_the_first_recall']} of {seen['n']})"])
+    head = ["units in `main`", "embedded p50 ms", "replica p50 ms", "replica / embedded", "embedded p95 ms",
+            "replica p95 ms", "new replica: listening / first recall answered",
+            "write visible through another replica, p50 ms (found by the first recall)"]
+    return grid(head, rows) + [load_caption(paths, docs)]
+
+
+@kind("team-writes")
+def team_writes(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """remember throughput through 1 and 3 replicas, and through the embedded store's server."""
+    rows = []
+    for doc in docs:
+        w = doc["writes"]
+        rows += [["1 replica", "1", num(w["one_replica_units_per_s"])],
+                 ["3 replicas at once", "3, one each", num(w["three_replicas_own_projects_units_per_s"])],
+                 ["3 replicas at once", "1, shared", num(w["three_replicas_one_project_units_per_s"])],
+                 ["the embedded store's server", "1", num(w["duckdb_one_writer_units_per_s"])]]
+    w = docs[0]["writes"]
+    return grid(["writers", "projects", f"units/s ({w['batches_per_writer']} remember calls of {w['batch']} "
+                 "turns per writer)"], rows) + [load_caption(paths, [d["writes"] for d in docs])]
+
+
+@kind("pgvector-hnsw")
+def pgvector_hnsw(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """The in-memory exact top 512 against a partial HNSW index, by size and ef_search."""
+    rows = []
+    for doc in docs:
+        for r in doc["runs"]:
+            rows.append([num(r["units"]), "exact, in memory (the product)", num(r["exact"]["p50_ms"], 1), "100%",
+                         f"{r['exact']['load_s']:.1f} s to load the snapshot"])
+            for ef, h in r["hnsw"]["by_ef_search"].items():
+                rows.append([num(r["units"]), f"HNSW, ef_search {ef}", num(h["p50_ms"], 1),
+                             pct(h["recall_at_512"]), f"{r['hnsw']['build_s']:.0f} s to build"])
+    return grid(["units in the project", "search", "top-512 p50 ms", "recall@512", "index"], rows) + \
+        [load_caption(paths, docs)]
 
 
 # ---- the documents ------------------------------------------------------------------------------

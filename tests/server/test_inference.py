@@ -137,3 +137,17 @@ def test_an_unreachable_inference_server_leaves_bm25_and_says_so(tmp_path):
         assert memory.recall("p", "kafka").items
     finally:
         memory.close()
+
+
+def test_a_home_whose_models_cannot_be_read_uses_no_served_model(tmp_path):
+    home = tmp_path / "home"
+    (models_dir(home) / "broken").mkdir(parents=True)
+    (models_dir(home) / "broken" / "manifest.json").write_text("{not json")
+    (models_dir(home) / "active.json").write_text(json.dumps({"embedder": "broken"}))
+    memory = Memory.open(home, background=False, inference="http://127.0.0.1:1")
+    try:  # nothing to check a served model against: none is mixed in, and the memory still recalls
+        assert memory.dense is None and any("unreadable" in p and "none is used" in p for p in memory.problems)
+        memory.remember("p", [{"kind": "turn", "text": "kafka partitions"}])
+        assert memory.recall("p", "kafka").items
+    finally:
+        memory.close()
