@@ -1,6 +1,7 @@
 """Team memory on PostgreSQL: `serve --http` replicas against the embedded DuckDB store.
 
-    python tests/pg_server.py start /tmp/pg-bench          # or any PostgreSQL with pgvector
+    python tests/pg_server.py start /tmp/pg-bench   # or any PostgreSQL with pgvector; for the write
+                                                    # figures, restarted without its -c fsync=off
     nice -n 10 python bench/team.py --pg postgresql://postgres@127.0.0.1:PORT/postgres \\
         --sizes 10000,100000 --json bench/results/team.json
 
@@ -41,6 +42,7 @@ from typing import Any, Iterator
 
 import anyio
 import httpx2
+import psycopg
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -263,9 +265,12 @@ def main() -> None:
     args = p.parse_args()
     args.models_home = args.models_home or args.home / "models-default"
     identity = ensure_models(args.models_home, "default")
+    with psycopg.connect(args.pg) as conn:  # durability decides what a write costs
+        durability = {name: conn.execute(f"SHOW {name}").fetchone()[0] for name in ("fsync", "synchronous_commit")}
     result: dict[str, Any] = {"command": " ".join(["python", "bench/team.py", *sys.argv[1:]]),
                               "models": f"{identity}, shipped ranker, no cross-encoder", "pool": args.pool,
-                              "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "sizes": []}
+                              "database": durability, "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(),
+                              "sizes": []}
     for size in map(int, args.sizes.split(",")):
         log(f"size {size:,}")
         result["sizes"].append(bench_size(args, size, identity))
