@@ -26,7 +26,7 @@ Kinds (options in brackets):
 - `rerank-depth EVAL_FILE... BENCH_FILE`: cross-validated slate completeness per cross-encoder
   depth (one `eval --cv` file per depth; K = 0 is the `--ablation cross-encoder` variant) against
   the cross-encoder's cost per recall at that depth (bench/store_growth.py `--rerank-depths`).
-- `default-set-targets FILE...` targets=SIZE:MS:MS:MS,...: a `--models default` run's full recall
+- `default-set-targets FILE...` targets=SIZE:MS:MS:MS,... (`-`: none): a `--models default` run's full recall
   without the cross-encoder, its stdio server and full with it, against their targets.
 - `project-memory FILE`: bench/project_memory.py, the peaks of each cap's run.
 - `gpu-models FP16_FILE FP32_FILE`: bench/model_throughput.py on a GPU, FP16 against FP32.
@@ -308,8 +308,10 @@ def rerank_depth(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
 @kind("default-set-targets")
 def default_set_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     """A `--models default` run against targets=SIZE:MS:MS:MS (full without the cross-encoder,
-    the stdio server without it, full with it), each with its ratio to the same run's baseline."""
-    targets = {t.split(":")[0]: [float(x) for x in t.split(":")[1:]] for t in opts["targets"].split(",")}
+    the stdio server without it, full with it; `-`: none), each with its ratio to the same run's
+    baseline."""
+    targets = {t.split(":")[0]: [None if x == "-" else float(x) for x in t.split(":")[1:]]
+               for t in opts["targets"].split(",")}
     rows = []
     for _, r in sizes(docs):
         if str(r["size"]) not in targets:
@@ -317,9 +319,9 @@ def default_set_targets(paths: list[str], docs: list[Any], opts: dict[str, str])
         base = r["baseline"]["p50_ms"]
         figures = [r["core"]["full_no_cross_encoder"]["p50_ms"], r["server"]["stdio_no_cross_encoder"]["p50_ms"],
                    r["core"]["full"]["p50_ms"]]
-        rows.append([f"{r['size']:,}", *[f"{num(ms)} ms ({ms / base:.3f}) against {num(t)}: "
-                                         f"{'met' if ms <= t else 'missed'}"
-                                         for ms, t in zip(figures, targets[str(r["size"])])], num(base)])
+        rows.append([f"{r['size']:,}", *[f"{num(ms)} ms ({ms / base:.3f})" + (
+                         "" if t is None else f" against {num(t)}: {'met' if ms <= t else 'missed'}")
+                         for ms, t in zip(figures, targets[str(r["size"])])], num(base)])
     head = ["units", "full, no cross-encoder (/ baseline)", "stdio server, no cross-encoder (/ baseline)",
             "full with the cross-encoder (/ baseline)", "baseline p50 ms"]
     return grid(head, rows) + [load_caption(paths, docs)]
