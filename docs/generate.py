@@ -277,32 +277,33 @@ def recall_stages(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
 def rerank_depth(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     """Cross-validated slate completeness at each cross-encoder depth K (the eval files, one per
     K; K = 0 is their `full-no-cross-encoder` ablation) against what K costs per recall (the
-    bench/store_growth.py file, `--rerank-depths`)."""
+    bench/store_growth.py file, `--rerank-depths`); a depth measured by only one of them has the
+    other's cells empty."""
     evals = [d for d in docs if "records" in d]
     [bench] = [d for d in docs if "sizes" in d]
     [(_, r)] = sizes([bench])
     budgets = sorted({rec["budget"] for d in evals for rec in d["records"]})
-    top = max(budgets)
-
-    def row(depth: int, recs: dict[int, dict[str, Any]], core: dict[str, Any] | None) -> list[str]:
-        cross = "0" if depth == 0 else "" if core is None else num(core.get("cross_encoder_p50_ms"), 1)
-        return [str(depth), *[pct(recs[b]["slate_completeness"]) for b in budgets],
-                pct(recs[top]["conditional_ranking_completeness"]), cross,
-                num((r["core"]["full_no_cross_encoder"] if depth == 0 else core or {}).get("p50_ms"))]
-    rows: dict[int, list[str]] = {}
+    core = {0: r["core"]["full_no_cross_encoder"], r["core"]["full"]["cross_encoder_pairs"]: r["core"]["full"],
+            **{int(k.removeprefix("full_rerank")): v for k, v in r["core"].items() if k.startswith("full_rerank")}}
+    quality: dict[int, dict[int, dict[str, Any]]] = {}
     for d in evals:
         variants = by_variant(d["records"], None)
-        depth = d["rerank_depth"]
-        core = r["core"]["full"] if r["core"]["full"].get("cross_encoder_pairs") == depth else \
-            r["core"].get(f"full_rerank{depth}")
-        rows[depth] = row(depth, variants["full"], core)
+        quality[d["rerank_depth"]] = variants["full"]
         if "full-no-cross-encoder" in variants:
-            rows[0] = row(0, variants["full-no-cross-encoder"], None)
-    head = ["K (candidates cross-encoded)", *[f"slate at {b:,}" for b in budgets], f"cond. ranking at {top:,}",
-            f"cross-encoder p50 ms at {r['size']:,} units", "full recall p50 ms"]
+            quality[0] = variants["full-no-cross-encoder"]
+    rows = []
+    for depth in sorted(set(core) | set(quality)):
+        recs, cost = quality.get(depth), core.get(depth, {})
+        rows.append([str(depth), *[pct(recs[b]["slate_completeness"]) if recs else "" for b in budgets],
+                     pct(recs[max(budgets)]["conditional_ranking_completeness"]) if recs else "",
+                     "0" if depth == 0 else num(cost.get("cross_encoder_p50_ms")), num(cost.get("p50_ms")),
+                     num(cost.get("cpu_p50_ms"))])
+    top = f"{max(budgets):,}"
+    head = ["K (candidates cross-encoded)", *[f"slate at {b:,}" for b in budgets], f"cond. ranking at {top}",
+            f"cross-encoder p50 ms ({r['size']:,} units)", "full recall p50 ms", "full recall CPU p50 ms"]
     details = [f"`{d['command']}`" if "records" in d else f"{d['cpus']} CPUs, load average "
                f"{d['load_avg_start'][0]:.1f} at the start" for d in docs]
-    return grid(head, [rows[k] for k in sorted(rows)]) + [sources(paths, details)]
+    return grid(head, rows) + [sources(paths, details)]
 
 
 @kind("default-set-targets")
