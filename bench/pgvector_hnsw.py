@@ -82,13 +82,15 @@ def fill(store: PostgresStore, project: str, n: int, vocab: Vocabulary) -> float
         count = min(1000, n - start)
         store.write(project, validate_batch([{"kind": "turn", "text": f"{project} unit {start + i}"}
                                              for i in range(count)]))
+    done = 0
     for window in rows.pending_windows(project):
         for start in range(0, len(window), 10_000):
             units = window[start:start + 10_000]
             numbers = np.array([int(u.text.split()[-1]) for u in units])
             rows.put(units, vocab.vectors(numbers) if project == "big" else vocab.vectors(numbers, salt=7),
                      [u.content_hash for u in units])
-        log(f"  {project}: {n:,} units and vectors")
+        done += len(window)
+        log(f"  {project}: {n:,} units, {done:,} vectors")
     return time.perf_counter() - t0
 
 
