@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,7 @@ from agentmemrec.ranking.candidates import Candidate
 from agentmemrec.ranking.cross_encoder import Reranker
 from agentmemrec.ranking.features import FEATURE_NAMES, QueryContext, feature_matrix, query_keys, units_needing_scores
 from agentmemrec.ranking.ranker import RankingContext, ScoredCandidate, cross_encode, in_order
+from agentmemrec.ranking.strength import StrengthModel
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # 2: a list of boosters ("models"), averaged
@@ -48,6 +50,11 @@ class RankerModel:
         """The mean of the boosters' scores: one LightGBM model's ranking varies by about a point of
         slate completeness with its seed; the average varies less and ranks better."""
         return np.mean([b.predict(x, num_threads=PREDICT_THREADS) for b in self.boosters], axis=0)
+
+    @cached_property
+    def strength(self) -> StrengthModel | None:
+        """The evidence-strength model fitted with this ranker, if the file has one."""
+        return StrengthModel.from_meta(self.meta.get("strength"))
 
     def contributions(self, x: np.ndarray) -> np.ndarray:
         """Per-feature contributions to `predict` (SHAP values are additive, so they average too)."""
@@ -175,6 +182,11 @@ class LearnedRanker:
         return in_order([(candidates[i], float(scores[i])) for i in order],
                         [{**dict(zip(FEATURE_NAMES, rows[i])), "cross_encoder": cross.get(candidates[i].unit.id)}
                          for i in order])
+
+    def strength(self, ranked: Sequence[ScoredCandidate]) -> float | None:
+        """The model file's evidence strength for this ranking; None without a model or a fitted one."""
+        fitted = self.model.strength if self.model is not None else None
+        return round(fitted.predict(ranked), 4) if fitted is not None else None
 
     def top_features(self, rows: Sequence[Sequence[float]], n: int = 3) -> list[list[tuple[str, float]]]:
         """For each feature row, the features that most raised its score (LightGBM's per-prediction

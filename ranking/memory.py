@@ -59,6 +59,7 @@ class Selection:
     ranked: Sequence[ScoredCandidate]
     excluded: set[int]
     inputs: SlateInputs
+    strength: float | None = None  # how strongly the ranking answers the query (see ranking/strength.py)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ class Memory:
         context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
         ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
         return Selection(project, query, as_of, pool, ranked, excluded,
-                         self._slate_inputs(project, ranked, excluded, sessions))
+                         self._slate_inputs(project, ranked, excluded, sessions), self.ranker.strength(ranked))
 
     def _say_problems(self) -> None:
         """Each degradation is logged once, at the first recall (commands that never recall are quiet)."""
@@ -376,7 +377,8 @@ def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
     """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with
     `id_prefix`, hex digits)."""
     slate_id = "s_" + (id_prefix + uuid.uuid4().hex)[:12]
-    return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs)
+    return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
+                       selection.strength)
 
 
 def _feature_rows(ranked: Sequence[ScoredCandidate]) -> tuple[list[str] | None, list[list[float | None] | None]]:

@@ -44,6 +44,10 @@ class Ranker(Protocol):
 
     def rank(self, candidates: Sequence[Candidate], ctx: RankingContext) -> list[ScoredCandidate]: ...
 
+    def strength(self, ranked: Sequence[ScoredCandidate]) -> float | None:
+        """How strongly the ranking answers the query (ranking/strength.py); None if unknown."""
+        ...
+
 
 def in_order(ordered: Sequence[tuple[Candidate, float]], features: Sequence[Mapping | None] | None = None,
              contributions: Sequence[Mapping | None] | None = None) -> list[ScoredCandidate]:
@@ -59,6 +63,9 @@ class PoolOrderRanker:
 
     def rank(self, candidates: Sequence[Candidate], ctx: RankingContext) -> list[ScoredCandidate]:
         return in_order([(c, c.fused) for c in sorted(candidates, key=lambda c: c.pool_rank)])
+
+    def strength(self, ranked: Sequence[ScoredCandidate]) -> float | None:
+        return None  # fusion scores are not comparable across queries
 
 
 def cross_encode(reranker: "Reranker", query: str, candidates: Sequence[Candidate]) -> dict[int, float]:
@@ -83,3 +90,6 @@ class CrossEncoderRanker:
         ordered = sorted(candidates, key=lambda c: (c.unit.id not in scores, -scores.get(c.unit.id, 0.0), c.pool_rank))
         pairs = [(c, scores.get(c.unit.id, floor - c.pool_rank)) for c in ordered]  # unscored sit below
         return in_order(pairs, [{"cross_encoder": scores.get(c.unit.id)} for c in ordered])
+
+    def strength(self, ranked: Sequence[ScoredCandidate]) -> float | None:
+        return None  # no calibration fitted for logits alone

@@ -43,6 +43,7 @@ class Slate:
     fixed_tokens: int = 0  # preamble
     notes: tuple[str, ...] = ()  # what limited the selection (models missing, units not yet embedded)
     top_score: float | None = None  # the ranker's score of its first candidate: how strong the evidence is
+    evidence_strength: float | None = None  # P(a confirmed answer is stored), ranking/strength.py
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def render(slate_id: str, project: str, units: Sequence[Unit], inputs: SlateInpu
 
 
 def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], budget: int,
-                inputs: SlateInputs) -> Slate:
+                inputs: SlateInputs, strength: float | None = None) -> Slate:
     """Greedy fill in rank order. A superseded decision enters only together with its successor
     chain; if the chain does not fit, the superseded decision is left out."""
     used = count_tokens(preamble(slate_id, project) + "\n")
@@ -168,7 +169,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
             alone = costs.group([unit], open_sections)[0] if superseded else cost
             outcomes[unit.id] = ("left_out_superseded" if superseded and alone <= budget - used
                                  else "skipped_over_budget")
-    return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs)
+    return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength)
 
 
 @memo_by_text(16 << 20)  # a line holds a unit's text: bounded by bytes, not lines
@@ -209,7 +210,7 @@ class _Costs:
 
 def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, int | None]],
             outcomes: dict[int, Outcome], groups: list[list[int]], inputs: SlateInputs,
-            fixed: int, costs: _Costs) -> Slate:
+            fixed: int, costs: _Costs, strength: float | None) -> Slate:
     # Token counts of pieces are an estimate of the whole (BPE can merge across a boundary):
     # the rendered text is counted once more and the last groups undone until it fits.
     while True:
@@ -222,4 +223,4 @@ def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, i
         chosen = [(u, r) for u, r in chosen if u.id not in dropped]
         outcomes.update({i: "skipped_over_budget" for i in dropped})
     items = tuple(SlateItem(u, r, costs.item(u)[1], display_status(u, inputs)) for u, r in chosen)
-    return Slate(slate_id, project, budget, context, used, items, outcomes, fixed)
+    return Slate(slate_id, project, budget, context, used, items, outcomes, fixed, evidence_strength=strength)

@@ -93,7 +93,7 @@ def slate_result(slate: Slate) -> SlateResult:
                           path=it.unit.path, tokens=it.tokens, rank=it.rank) for it in slate.items]
     return SlateResult(slate_id=slate.slate_id, project=slate.project, context=slate.context,
                        items=items, tokens_used=slate.tokens_used, budget_tokens=slate.budget,
-                       notes=list(slate.notes))
+                       notes=list(slate.notes), evidence_strength=slate.evidence_strength)
 
 
 def stored(project: str, results: list[WriteResult]) -> RememberResult:
@@ -159,7 +159,9 @@ def create_server(settings: Settings) -> MCPServer:
         Call it before working on a task that earlier conversations, decisions or notes may
         inform. The `context` field is the slate to read: decisions show their status in force (a
         superseded one names its successor; proposed ones are not confirmed), turns are grouped by
-        session. `notes` says what limited the slate (units not yet embedded, an empty project)."""
+        session. `evidence_strength` (0-1) says how likely it is that a confirmed answer is stored:
+        when it is low, tell the user nothing confirmed is remembered instead of guessing from the
+        slate. `notes` says what limited the slate (units not yet embedded, an empty project)."""
         name = _core(access_of(ctx).resolve, project)
         slate = slate_result(_core(memory_of(ctx).recall, name, query, budget_tokens, as_of))
         if not slate.items and not _core(memory_of(ctx).projects).get(name):

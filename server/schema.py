@@ -110,6 +110,11 @@ class SlateResult(BaseModel):
     items: list[SlateItemOut]
     tokens_used: int
     budget_tokens: int
+    evidence_strength: float | None = Field(
+        None, description="0-1: the estimated probability that memory holds a confirmed answer to the "
+                          "query. Low means nothing relevant is stored, or only a proposed or rejected "
+                          "decision matches: say so rather than rely on the slate. Null when the ranker "
+                          "has no calibration (lexical fallback or a model trained without one)")
     notes: list[str] = Field(default_factory=list, description="What limited this slate, if "
                              "anything (e.g. units not yet embedded, an empty project)")
 

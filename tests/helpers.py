@@ -147,3 +147,64 @@ class BagOfWords:
             for word in re.findall(r"\w+", text.lower()):
                 out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+TOPICS = ["message broker", "cache", "job runner", "search engine", "CI system", "feature flag service"]
+BRANDS = ["Zorbix", "Quellon", "Marvex", "Tandril", "Ostrava", "Pelnik", "Wirrow", "Gaskel", "Fendry", "Lumora",
+          "Brisko", "Tevlin"]
+
+
+def write_coding(path, projects=("alpha-api", "beta-api"), seed: int = 0) -> dict:
+    """A coding-memory benchmark (docs/coding-benchmark.md) over projects sharing their vocabulary:
+    per topic a decision adopted and (for some) replaced, proposed or rejected alternatives, filler
+    turns, a file note, and questions of every kind (unanswerable ones included)."""
+    import json
+    import random
+    from datetime import datetime, timedelta
+    rng = random.Random(seed)
+    data: dict = {"format": "agentmemrec-coding/1", "projects": {}, "questions": []}
+    start = datetime(2026, 1, 5, 9)
+
+    def ask(project, kind, text, evidence, as_of):
+        data["questions"].append({"id": f"q{len(data['questions'])}", "project": project, "kind": kind,
+                                  "text": text, "as_of": as_of.isoformat(), "evidence": evidence})
+    for p, project in enumerate(projects):
+        items: list = []
+        brands = rng.sample(BRANDS, len(BRANDS))
+        for t, topic in enumerate(TOPICS):
+            day = start + timedelta(days=7 * t)
+            a, b, c = brands[(3 * t) % 12], brands[(3 * t + 1) % 12], brands[(3 * t + 2) % 12]
+            session = f"{project}-s{t}"
+            for i in range(6):
+                filler = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16)))
+                items.append({"kind": "turn", "ref": f"t{t}.{i}", "session": session, "role": ("user", "assistant")[i % 2],
+                              "at": (day + timedelta(minutes=i)).isoformat(), "text": filler})
+            items.append({"kind": "turn", "ref": f"t{t}.6", "session": session, "role": "user",
+                          "at": (day + timedelta(minutes=7)).isoformat(),
+                          "text": f"Let's use {a} as our {topic}; it has the best {rng.choice(WORDS)} support."})
+            items.append({"kind": "decision", "ref": f"d{t}", "title": f"{a} as the {topic}",
+                          "text": f"We use {a} as the {topic} for {project}.", "status": "accepted",
+                          "at": (day + timedelta(minutes=8)).isoformat()})
+            current = f"d{t}"
+            if t % 2 == 0:
+                items.append({"kind": "decision", "ref": f"d{t}b", "title": f"{b} replaces {a}",
+                              "text": f"{b} replaces {a} as the {topic}: {a} kept failing under load.",
+                              "supersedes": f"d{t}", "at": (day + timedelta(days=3)).isoformat()})
+                ask(project, "multi", f"Why did we move from {a} to {b}?", [f"d{t}", f"d{t}b"], day + timedelta(days=5))
+                ask(project, "temporal", f"Which {topic} do we use?", [f"d{t}"], day + timedelta(days=1))
+                current = f"d{t}b"
+            extra = {"kind": "decision", "ref": f"d{t}c", "title": f"{c} as the {topic}", "at": (day + timedelta(days=4)).isoformat(),
+                     "text": f"{c} for the {topic}, instead of what we have.", "status": ("proposed", "rejected")[t % 2]}
+            items.append(extra)
+            items.append({"kind": "note", "path": f"src/{topic.replace(' ', '_')}.py",
+                          "text": f"Client code for the {topic}; configured from settings.", "at": day.isoformat()})
+            later = day + timedelta(days=6)
+            ask(project, "single", f"Which {topic} do we use now?", [current], later)
+            ask(project, "status", f"Is {brands[(3 * t) % 12] if t % 2 else b} confirmed as our {topic}?", [current], later)
+            ask(project, "paraphrase", f"What did we settle on for the {topic}?", [current], later)
+            ask(project, "unanswerable", f"Did we approve {c} for the {topic}?", [f"d{t}c"], later)
+            ask(project, "unanswerable", f"Which {topic} did we pick?", [], day - timedelta(days=1))
+        ask(project, "unanswerable", "Which payment processor webhook format do we log?", [], start + timedelta(days=60))
+        data["projects"][project] = {"items": items}
+    path.write_text(json.dumps(data))
+    return data

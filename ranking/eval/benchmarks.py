@@ -1,7 +1,8 @@
-"""Readers for the public benchmarks in their original formats (LoCoMo, LongMemEval).
+"""Readers for the benchmarks in their original formats: LoCoMo, LongMemEval and the project's own
+coding-memory set (docs/coding-benchmark.md).
 
-Each file becomes one `Case`: the items to remember (through the product's own write path) and
-the questions asked of them, with their evidence as refs of the stored turns.
+Each file becomes one `Case`: the items to remember per project (through the product's own write
+path) and the questions asked of them, with their evidence as refs of the stored units.
 """
 
 from __future__ import annotations
@@ -15,24 +16,36 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.units import parse_time
 
-Dataset = Literal["locomo", "longmemeval"]
-DATASETS: tuple[str, ...] = ("locomo", "longmemeval")
+Dataset = Literal["locomo", "longmemeval", "coding"]
+DATASETS: tuple[str, ...] = ("locomo", "longmemeval", "coding")
+PROJECT = "eval"  # the project a single-project benchmark is written to
+CODING_FORMAT = "agentmemrec-coding/1"
+CODING_KINDS = ("single", "multi", "status", "temporal", "paraphrase", "unanswerable")
+UNANSWERABLE = "unanswerable"
 
 
 @dataclass(frozen=True)
 class Question:
     qid: str
     text: str
-    evidence: frozenset[str]  # refs of the evidence turns
+    evidence: frozenset[str]  # refs of the evidence units, in the question's project
     category: str
     as_of: datetime | None
+    project: str = PROJECT
+
+    @property
+    def answerable(self) -> bool:
+        """Unanswerable questions (coding set) have no confirmed answer stored: their evidence,
+        if any, is the proposed or rejected decision a slate must show as such."""
+        return self.category != UNANSWERABLE
 
 
 @dataclass(frozen=True)
 class Case:
     case_id: str
-    items: list[dict[str, Any]]
+    projects: dict[str, list[dict[str, Any]]]  # project -> items, in writing order
     questions: list[Question]
 
 
@@ -62,7 +75,7 @@ def data_digest(data: list[dict[str, Any]]) -> str:
 
 
 def read_cases(dataset: str, paths: list[Path]) -> Iterator[Case]:
-    reader = {"locomo": locomo_case, "longmemeval": longmemeval_case}.get(dataset)
+    reader = {"locomo": locomo_case, "longmemeval": longmemeval_case, "coding": coding_case}.get(dataset)
     if reader is None:
         raise InputError(f"unknown dataset {dataset!r}; use one of: {', '.join(DATASETS)}")
     for path in files_under(paths):
@@ -108,7 +121,7 @@ def locomo_case(record: dict[str, Any], case_id: str) -> Case:
             continue
         questions.append(Question(f"{case_id}:{n}", qa["question"], evidence,
                                   str(qa.get("category")), asked))
-    return Case(case_id, items, questions)
+    return Case(case_id, {PROJECT: items}, questions)
 
 
 def _lme_time(text: str) -> datetime:
@@ -139,4 +152,44 @@ def longmemeval_case(record: dict[str, Any], case_id: str) -> Case:
         as_of = _lme_time(record["question_date"]).replace(hour=23, minute=59, second=59)
         questions.append(Question(case_id, record["question"], frozenset(evidence),
                                   str(record.get("question_type")), as_of))
-    return Case(case_id, items, questions)
+    return Case(case_id, {PROJECT: items}, questions)
+
+
+def coding_case(record: dict[str, Any], case_id: str) -> Case:
+    """The coding-memory format: every project's items in `remember` form, written to one store
+    (so a slate that shows another project's unit is caught), and questions naming their project,
+    time asked, evidence refs and kind. Items are validated when written; here the questions are
+    checked against the items, so a broken file fails before anything runs."""
+    where = f"coding benchmark {case_id}"
+    if not isinstance(record, dict) or record.get("format") != CODING_FORMAT:
+        raise InputError(f"{where}: not a coding benchmark (expected \"format\": \"{CODING_FORMAT}\"; "
+                         "see docs/coding-benchmark.md)")
+    projects = {name: body.get("items") for name, body in (record.get("projects") or {}).items()}
+    if not projects or not all(isinstance(items, list) and items for items in projects.values()):
+        raise InputError(f"{where}: \"projects\" must map each project name to {{\"items\": [...]}}")
+    refs = {name: {it.get("ref") or it.get("path") for it in items if isinstance(it, dict)}
+            for name, items in projects.items()}
+    questions = [_coding_question(q, i, where, refs) for i, q in enumerate(record.get("questions") or [])]
+    if not questions:
+        raise InputError(f"{where}: no questions")
+    return Case(str(record.get("name", case_id)), projects, questions)
+
+
+def _coding_question(q: Any, i: int, where: str, refs: dict[str, set[str]]) -> Question:
+    qid = str(q.get("id", i)) if isinstance(q, dict) else str(i)
+    at = f"{where}, question {qid}"
+    if not isinstance(q, dict) or not isinstance(q.get("text"), str) or not q["text"].strip():
+        raise InputError(f"{at}: each question needs \"text\", \"project\", \"kind\" and \"evidence\" "
+                         "(and \"as_of\", the time it is asked)")
+    if q.get("project") not in refs:
+        raise InputError(f"{at}: project {q.get('project')!r} has no items; use one of: {', '.join(sorted(refs))}")
+    if q.get("kind") not in CODING_KINDS:
+        raise InputError(f"{at}: unknown kind {q.get('kind')!r}; use one of: {', '.join(CODING_KINDS)}")
+    evidence = q.get("evidence")
+    if not isinstance(evidence, list) or (not evidence and q["kind"] != UNANSWERABLE):
+        raise InputError(f"{at}: evidence must be a list of refs (empty only for an unanswerable question)")
+    unknown = sorted(set(evidence) - refs[q["project"]])
+    if unknown:
+        raise InputError(f"{at}: evidence {unknown} names no item of project {q['project']!r}")
+    as_of = parse_time(q.get("as_of"), f"{at}: as_of")  # absent: asked after everything was written
+    return Question(qid, q["text"], frozenset(evidence), q["kind"], as_of, q["project"])

@@ -1,8 +1,12 @@
-"""`agentmemrec eval`: evidence selection measured stage by stage on LoCoMo and LongMemEval.
+"""`agentmemrec eval`: evidence selection measured stage by stage on LoCoMo, LongMemEval and the
+coding-memory set.
 
-Each conversation (LoCoMo) or question haystack (LongMemEval) is written to a fresh temporary
-store through `Memory.remember`, the write path the MCP tool uses; each question then runs the
-product's selection (`Memory.select` then `Memory.build` per budget, the code `recall` runs).
+Each conversation (LoCoMo), question haystack (LongMemEval) or coding benchmark file (all its
+projects in one store) is written to a fresh temporary store through `Memory.remember`, the write
+path the MCP tool uses; each question then runs the product's selection in its own project
+(`Memory.select` then `Memory.build` per budget, the code `recall` runs). Besides completeness,
+every slate is checked for what must never happen: another project's unit in it, a proposed or
+rejected decision not shown as such, a superseded decision without its successor.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranke
 from agentmemrec.ranking.loading import load_embedder
 from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build
 from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
+from agentmemrec.ranking.slate import Slate, SlateInputs
 
 log = logging.getLogger(__name__)
-PROJECT = "eval"
 FEATURES_VARIANT = "features"
 DEFAULT_BUDGETS = (2400, 2550, 2700)
 WRITE_BATCH = 1000
@@ -226,24 +230,27 @@ def _ingest(stores: CaseStores, memories: dict[str, Memory], case: Case, cost: d
         return
     start = time.perf_counter()
     writer = next(iter(memories.values()))
-    for i in range(0, len(case.items), WRITE_BATCH):
-        writer.remember(PROJECT, case.items[i:i + WRITE_BATCH])
+    for project, items in case.projects.items():
+        for i in range(0, len(items), WRITE_BATCH):
+            writer.remember(project, items[i:i + WRITE_BATCH])
+        cost["ingest_units"] += len(items)
     cost["ingest_s"] += time.perf_counter() - start
-    cost["ingest_units"] += len(case.items)
     if stores.dense_index is not None and any(m.dense for m in memories.values()):
         start = time.perf_counter()
-        cost["embed_units"] += embed_pending(stores.dense_index.vectors, stores.models.embedder,
-                                             PROJECT, stores.models.cache)
+        for project in case.projects:
+            cost["embed_units"] += embed_pending(stores.dense_index.vectors, stores.models.embedder,
+                                                 project, stores.models.cache)
         cost["embed_s"] += time.perf_counter() - start
     for memory in memories.values():
-        memory.warm(PROJECT)
+        for project in case.projects:
+            memory.warm(project)
 
 
 def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, VariantRun],
          budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None) -> None:
     for name, memory in memories.items():
         t0 = time.perf_counter()
-        selection = memory.select(PROJECT, q.text, q.as_of)
+        selection = memory.select(q.project, q.text, q.as_of)
         select_ms = (time.perf_counter() - t0) * 1000
         if keep is not None and name == FEATURES_VARIANT:
             keep(Kept(case.case_id, q, selection, select_ms))
@@ -267,23 +274,50 @@ Keeper = Callable[[Kept], None]
 def record_selection(run: VariantRun, case_id: str, q: Question, selection: Selection, select_ms: float,
                      budgets: Sequence[int], per_question: list[dict[str, Any]] | None) -> None:
     """Build the slate at each budget and compare it with the evidence."""
-    pool = frozenset(c.unit.ref for c in selection.pool.candidates)
-    record: dict[str, Any] = {"variant": run.name, "case": case_id, "qid": q.qid, "category": q.category,
-                              "question": q.text, "as_of": q.as_of.isoformat() if q.as_of else None,
+    pool = frozenset(c.unit.ref for c in selection.pool.candidates if c.unit.project == q.project)
+    record: dict[str, Any] = {"variant": run.name, "case": case_id, "qid": q.qid, "project": q.project,
+                              "category": q.category, "question": q.text,
+                              "as_of": q.as_of.isoformat() if q.as_of else None,
                               "evidence": sorted(q.evidence), "in_pool": sorted(q.evidence & pool),
-                              "in_slate": {}}
+                              "evidence_strength": selection.strength, "in_slate": {}, "violations": {}}
     for budget in budgets:
         t1 = time.perf_counter()
         slate = build(selection, budget)
         run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
-        refs = {it.unit.ref for it in slate.items}
+        refs = {it.unit.ref for it in slate.items if it.unit.project == q.project}
         lost = None
-        if q.evidence <= pool and not q.evidence <= refs:
+        if q.evidence and q.evidence <= pool and not q.evidence <= refs:
             lost = _lost_to(selection, refs, q.evidence)
-        run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost))
+        checks = slate_violations(slate, q.project, selection.inputs)
+        run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost, q.qid,
+                                            q.answerable, *checks, selection.strength))
         record["in_slate"][str(budget)] = sorted(q.evidence & refs)
+        if any(checks):
+            record["violations"][str(budget)] = dict(zip(("leaked", "misshown", "orphaned"), checks))
     if per_question is not None:
         per_question.append(record)
+
+
+STATUS_MARKS = {"proposed": "(proposed, not confirmed,", "rejected": "(REJECTED,"}
+
+
+def slate_violations(slate: Slate, project: str, inputs: SlateInputs) -> tuple[int, int, int]:
+    """What a slate must never do, counted from what a client receives (its items and rendered
+    context): (units of another project, proposed or rejected decisions whose rendered line does
+    not say so, superseded decisions shown without their successor)."""
+    leaked = sum(it.unit.project != project for it in slate.items)
+    lines = {line.split("]", 1)[0].split()[0][2:]: line for line in slate.context.splitlines()
+             if line.startswith("[#")}
+    ids = {it.unit.id for it in slate.items}
+    misshown = orphaned = 0
+    for it in slate.items:
+        line = lines.get(str(it.unit.id), "")
+        if it.status in STATUS_MARKS and STATUS_MARKS[it.status] not in line:
+            misshown += 1
+        if it.status == "superseded":
+            chain = inputs.successors.get(it.unit.id, ())
+            orphaned += not chain or chain[0].id not in ids or f"SUPERSEDED by #{chain[0].id}" not in line
+    return leaked, misshown, orphaned
 
 
 def records(dataset: str, runs: list[VariantRun], cost: dict[str, float]) -> list[dict[str, Any]]:
@@ -314,17 +348,18 @@ def _ms(x: float | None) -> str:
 
 
 def format_table(recs: list[dict[str, Any]]) -> str:
-    head = ("variant", "budget", "questions", "pool", "slate", "cond_rank", "recall", "p50_ms",
-            "p95_ms", "ingest/s", "lost:pool/rank/budget")
+    head = ("variant", "budget", "questions", "pool", "slate", "cond_rank", "recall", "multi", "leaks",
+            "p50_ms", "p95_ms", "ingest/s", "lost:pool/rank/budget")
     rows = [head]
     for r in recs:
         if not r["available"]:
             rows.append((r["variant"], str(r["budget"]), "unavailable: " + str(r["unavailable_reason"]),
-                         *[""] * 8))
+                         *[""] * 10))
             continue
         rows.append((r["variant"], str(r["budget"]), str(r["questions"]), _pct(r["pool_completeness"]),
                      _pct(r["slate_completeness"]), _pct(r["conditional_ranking_completeness"]),
-                     _pct(r["evidence_recall"]), _ms(r["recall_p50_ms"]), _ms(r["recall_p95_ms"]),
+                     _pct(r["evidence_recall"]), _pct(r["multi_evidence_completeness"]),
+                     str(len(r["leaked_questions"])), _ms(r["recall_p50_ms"]), _ms(r["recall_p95_ms"]),
                      "-" if r["ingest_units_per_s"] is None else f"{r['ingest_units_per_s']:.0f}",
                      f"{r['lost_never_in_pool']}/{r['lost_in_ranking']}/{r['lost_to_budget']}"))
     cat_rows = [("variant", "budget", "category", "questions", "pool", "slate", "cond_rank", "recall")]
@@ -333,7 +368,28 @@ def format_table(recs: list[dict[str, Any]]) -> str:
             cat_rows.append((r["variant"], str(r["budget"]), cat, str(m["questions"]),
                              _pct(m["pool_completeness"]), _pct(m["slate_completeness"]),
                              _pct(m["conditional_ranking_completeness"]), _pct(m["evidence_recall"])))
-    return _grid(rows) + "\n\nby category\n" + _grid(cat_rows)
+    return _grid(rows) + "\n\nby category\n" + _grid(cat_rows) + _unanswerable_table(recs)
+
+
+def _auc(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _unanswerable_table(recs: list[dict[str, Any]]) -> str:
+    """The checks of questions without a confirmed answer, and how the evidence strength separates
+    them from the answerable ones (AUROC overall, against nothing stored, against unconfirmed)."""
+    rows = [("variant", "budget", "unanswerable", "unconfirmed_shown", "misshown", "orphaned",
+             "strength_auroc", "nothing_stored", "unconfirmed")]
+    for r in recs:
+        u = r.get("unanswerable")
+        if not r["available"] or u is None:
+            continue
+        by_kind = r["evidence_strength_auroc_by_kind"]
+        rows.append((r["variant"], str(r["budget"]), str(u["questions"]), _pct(u["unconfirmed_decision_in_slate"]),
+                     str(len(r["misshown_questions"])), str(len(r["orphaned_questions"])),
+                     _auc(r["evidence_strength_auroc"]), _auc(by_kind["nothing_stored"]),
+                     _auc(by_kind["unconfirmed_decision"])))
+    return "" if len(rows) == 1 else "\n\nunanswerable questions and evidence strength\n" + _grid(rows)
 
 
 def _grid(rows: list[tuple[str, ...]]) -> str:

@@ -1,16 +1,24 @@
-"""Evidence-selection metrics, as defined in the evaluation data's README.
+"""Evidence-selection metrics, as defined in the evaluation data's README, and the coding set's
+checks.
 
 For a question with evidence set E, candidate pool P and slate S:
 pool completeness = share with E subset of P; slate completeness = share with E subset of S;
 conditional ranking completeness = slate completeness among questions whose pool was complete;
-evidence recall = mean of |E and S| / |E|.
+evidence recall = mean of |E and S| / |E|. These are over answerable questions; multi-evidence
+completeness is slate completeness among those with |E| >= 2.
+
+Unanswerable questions (no confirmed answer stored) count in the checks that hold for every
+slate (no unit of another project, proposed and rejected decisions shown as such, no superseded
+decision without its successor) and in how well the evidence strength separates them from the
+answerable ones (AUROC: the probability that an answerable question scores above an unanswerable
+one, ties counting half).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,12 @@ class Outcome:
     pool: frozenset[str]
     slate: frozenset[str]
     lost_to: str | None = None  # for a complete pool but incomplete slate: "ranking" or "budget"
+    qid: str = ""
+    answerable: bool = True
+    leaked: int = 0  # units of another project in the slate
+    misshown: int = 0  # proposed or rejected decisions in the slate not shown as such
+    orphaned: int = 0  # superseded decisions in the slate without their successor
+    strength: float | None = None  # the slate's evidence strength
 
     @property
     def pool_complete(self) -> bool:
@@ -57,9 +71,19 @@ def evidence_recall(outcomes: Iterable[Outcome]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize(outcomes: list[Outcome]) -> dict[str, float | int | None]:
+def auroc(positives: list[float], negatives: list[float]) -> float | None:
+    """Mann-Whitney estimate of P(positive scores above negative), ties counting half."""
+    if not positives or not negatives:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def summarize(all_outcomes: list[Outcome]) -> dict[str, Any]:
+    outcomes = [o for o in all_outcomes if o.answerable]
     failures = [o for o in outcomes if not o.slate_complete]
-    return {
+    multi = [o for o in outcomes if len(o.evidence) >= 2]
+    out: dict[str, Any] = {
         "questions": len(outcomes),
         "pool_completeness": pool_completeness(outcomes),
         "slate_completeness": slate_completeness(outcomes),
@@ -68,10 +92,29 @@ def summarize(outcomes: list[Outcome]) -> dict[str, float | int | None]:
         "lost_never_in_pool": sum(not o.pool_complete for o in failures),
         "lost_in_ranking": sum(o.pool_complete and o.lost_to == "ranking" for o in failures),
         "lost_to_budget": sum(o.pool_complete and o.lost_to == "budget" for o in failures),
+        "multi_evidence_questions": len(multi),
+        "multi_evidence_completeness": slate_completeness(multi),
+        "leaked_questions": sorted(o.qid for o in all_outcomes if o.leaked),
+        "misshown_questions": sorted(o.qid for o in all_outcomes if o.misshown),
+        "orphaned_questions": sorted(o.qid for o in all_outcomes if o.orphaned),
     }
+    unanswerable = [o for o in all_outcomes if not o.answerable]
+    if unanswerable:
+        shown = [o for o in unanswerable if o.evidence]
+        out["unanswerable"] = {
+            "questions": len(unanswerable), "with_unconfirmed_decision": len(shown),
+            "unconfirmed_decision_in_slate": slate_completeness(shown),
+            "nothing_stored": len(unanswerable) - len(shown),
+        }
+        strong = [o.strength for o in outcomes if o.strength is not None]
+        out["evidence_strength_auroc"] = auroc(strong, [o.strength for o in unanswerable if o.strength is not None])
+        out["evidence_strength_auroc_by_kind"] = {
+            "nothing_stored": auroc(strong, [o.strength for o in unanswerable if not o.evidence and o.strength is not None]),
+            "unconfirmed_decision": auroc(strong, [o.strength for o in shown if o.strength is not None])}
+    return out
 
 
-def by_category(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
+def by_category(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[o.category].append(o)

@@ -5,7 +5,11 @@ ranker); evidence units are labelled relevant; one LightGBM group per question; 
 on a held-out part of the training questions. Missing sources are simulated during training
 (dense features dropped from a share of the groups) so the model degrades gracefully when no
 embedder is installed. Cross-validation trains on k-1 folds (by conversation for LoCoMo, by
-question for LongMemEval) and ranks the held-out fold with that model.
+project for the coding set, by question for LongMemEval), with any other datasets added to every
+training fold, and ranks the held-out fold with that model.
+
+The evidence-strength model (ranking/strength.py) is fitted on the questions of the datasets
+that label unanswerable ones, each ranked by the booster ensemble it ships with.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from agentmemrec.ranking.eval.evaluate import Kept, VariantRun, record_selection
 from agentmemrec.ranking.features import DENSE_FEATURES, FEATURE_NAMES, GROUP_OF
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Selection
+from agentmemrec.ranking.ranker import ScoredCandidate
+from agentmemrec.ranking.strength import SIGNAL_NAMES, StrengthModel, signals
 
 PARAMS: dict[str, Any] = {
     "objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10, 30], "learning_rate": 0.05,
@@ -34,6 +40,7 @@ PARAMS: dict[str, Any] = {
 ROUNDS, PATIENCE = 600, 50
 ENSEMBLE = 5  # boosters per model, seeds seed .. seed + ENSEMBLE - 1, scores averaged
 DENSE_DROPOUT = 0.3
+STRENGTH_L2 = 1.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,12 @@ class Group:
     kept: Kept
     x: np.ndarray
     y: np.ndarray
+
+    @property
+    def fold_key(self) -> tuple[str, str]:
+        """What stays together when folds or a validation part are drawn: a conversation (LoCoMo)
+        or a project (the coding set), whose questions share one history."""
+        return self.kept.case_id, self.kept.question.project
 
 
 def to_group(kept: Kept) -> Group:
@@ -77,9 +90,9 @@ def fit(groups: Sequence[Group], drop: Sequence[str] = (), seed: int = 0, valid_
     """LambdaRank on groups with at least one relevant and one other candidate."""
     usable = [g for g in groups if 0 < g.y.sum() < len(g.y)]
     rng = random.Random(seed)
-    cases = sorted({g.kept.case_id for g in usable})
+    cases = sorted({g.fold_key for g in usable})
     # hold out whole conversations when there are enough of them, else a share of the questions
-    key = (lambda g: g.kept.case_id) if len(cases) >= 10 else (lambda g: g.kept.question.qid)
+    key = (lambda g: g.fold_key) if len(cases) >= 10 else (lambda g: g.kept.question.qid)
     keys = sorted({key(g) for g in usable})
     rng.shuffle(keys)
     held = set(keys[: max(1, int(len(keys) * valid_share))])
@@ -95,36 +108,78 @@ def fit(groups: Sequence[Group], drop: Sequence[str] = (), seed: int = 0, valid_
 
 
 def folds_of(groups: Sequence[Group], k: int, by_case: bool, seed: int) -> list[set[str]]:
-    """Question ids per fold: whole conversations together (LoCoMo) or single questions."""
-    keys = sorted({g.kept.case_id if by_case else g.kept.question.qid for g in groups})
+    """Question ids per fold: whole conversations or projects together, or single questions."""
+    def key(g: Group) -> Any:
+        return g.fold_key if by_case else g.kept.question.qid
+    keys = sorted({key(g) for g in groups})
     random.Random(seed).shuffle(keys)
     buckets = [set(keys[i::k]) for i in range(k)]
-    return [{g.kept.question.qid for g in groups if (g.kept.case_id if by_case else g.kept.question.qid) in b}
-            for b in buckets]
+    return [{g.kept.question.qid for g in groups if key(g) in b} for b in buckets]
 
 
 def cross_validate(groups: Sequence[Group], name: str, budgets: Sequence[int], k: int, by_case: bool,
                    drop: Sequence[str] = (), seed: int = 0,
-                   per_question: list[dict[str, Any]] | None = None) -> VariantRun:
-    """Each fold ranked by a model that never saw it; slates built and scored as in `eval`."""
+                   per_question: list[dict[str, Any]] | None = None, extra: Sequence[Group] = ()) -> VariantRun:
+    """Each fold ranked by a model that never saw it (trained on the other folds and on `extra`,
+    other datasets), its evidence strength fitted the same way; slates built and scored as in `eval`."""
     run = VariantRun(name, {b: [] for b in budgets}, {b: [] for b in budgets})
-    ranker = LearnedRanker(None)
     for fold in folds_of(groups, k, by_case, seed):
-        boosters, _ = train_ensemble([g for g in groups if g.kept.question.qid not in fold], drop, seed)
+        train = [g for g in groups if g.kept.question.qid not in fold] + list(extra)
+        boosters, _ = train_ensemble(train, drop, seed)
         model = RankerModel(boosters, {})
+        strength = fit_strength(train, model, drop)
         for g in (g for g in groups if g.kept.question.qid in fold):
             t0 = time.perf_counter()
-            ranked = ranker.order([sc.candidate for sc in g.kept.selection.ranked],
-                                  masked(g.x, drop) if drop else g.x, model)
+            ranked = rank_group(g, model, drop)
             ms = g.kept.select_ms + (time.perf_counter() - t0) * 1000
-            selection = _with_ranking(g.kept.selection, ranked)
+            selection = _with_ranking(g.kept.selection, ranked, strength.predict(ranked) if strength else None)
             record_selection(run, g.kept.case_id, g.kept.question, selection, ms, budgets, per_question)
     return run
 
 
-def _with_ranking(selection: Selection, ranked: list) -> Selection:
+def rank_group(g: Group, model: RankerModel, drop: Sequence[str] = ()) -> list[ScoredCandidate]:
+    return LearnedRanker(None).order([sc.candidate for sc in g.kept.selection.ranked],
+                                     masked(g.x, drop) if drop else g.x, model)
+
+
+def _with_ranking(selection: Selection, ranked: list, strength: float | None) -> Selection:
     return Selection(selection.project, selection.query, selection.as_of, selection.pool, ranked,
-                     selection.excluded, selection.inputs)
+                     selection.excluded, selection.inputs, strength)
+
+
+def fit_strength(groups: Sequence[Group], model: RankerModel, drop: Sequence[str] = ()) -> StrengthModel | None:
+    """The evidence-strength model for `model`'s rankings, fitted on the groups of every case that
+    labels unanswerable questions (None if there is none)."""
+    labelled = {g.kept.case_id for g in groups if not g.kept.question.answerable}
+    chosen = [g for g in groups if g.kept.case_id in labelled]
+    if not chosen:
+        return None
+    x = np.array([signals(rank_group(g, model, drop)) for g in chosen])
+    y = np.array([float(g.kept.question.answerable) for g in chosen])
+    return logistic(x, y, SIGNAL_NAMES)
+
+
+def logistic(x: np.ndarray, y: np.ndarray, names: Sequence[str], l2: float = STRENGTH_L2,
+             steps: int = 50) -> StrengthModel | None:
+    """L2-regularised logistic regression by Newton's method on standardised signals; a signal
+    never seen (all NaN) is left out, a missing value counts as the mean."""
+    if y.min() == y.max():
+        return None
+    keep = [j for j in range(x.shape[1]) if np.isfinite(x[:, j]).any()]
+    xs = x[:, keep]
+    mean, scale = np.nanmean(xs, axis=0), np.nanstd(xs, axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    z = np.hstack([np.ones((len(y), 1)), np.nan_to_num((xs - mean) / scale)])
+    penalty = np.diag([0.0] + [l2] * len(keep))
+    w = np.zeros(z.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-z @ w))
+        step = np.linalg.solve(z.T @ (z * (p * (1 - p))[:, None]) + penalty, z.T @ (p - y) + penalty @ w)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return StrengthModel(tuple(names[j] for j in keep), tuple(mean.round(6)), tuple(scale.round(6)),
+                         tuple(w[1:].round(6)), round(float(w[0]), 6))
 
 
 def refit(groups: Sequence[Group], rounds: int, seed: int = 0, drop: Sequence[str] = ()) -> lgb.Booster:
@@ -157,10 +212,12 @@ def train_model(groups: Sequence[Group], data: list[dict[str, Any]], embedder: s
     boosters, metrics = train_ensemble(groups, seed=seed)
     gain = np.sum([b.feature_importance("gain") for b in boosters], axis=0)
     importance = dict(zip(FEATURE_NAMES, gain.round(1).tolist()))
+    strength = fit_strength(groups, RankerModel(boosters, {}))
     meta = {"embedder": embedder, "reranker": reranker.identity if reranker else None,
             "rerank_depth": reranker.limit if reranker else 0,
             "rerank_tokens": reranker.max_tokens if reranker else None,
             "data": data, "data_sha256": data_digest(data), "metrics": metrics[0],
+            "strength": strength.to_meta() if strength else None,
             "ensemble": {"size": len(boosters), "best_iterations": [m["best_iteration"] for m in metrics]},
             "questions": len(groups), "params": PARAMS, "dense_dropout": DENSE_DROPOUT,
             "feature_gain": importance, "groups": sorted(set(GROUP_OF.values())),

@@ -1,5 +1,5 @@
-"""`agentmemrec eval` and `train`: the product's own selection measured on benchmark files, and
-the LambdaRank ranker trained on them."""
+"""`agentmemrec eval` and `train`: the product's own selection measured on benchmark files (LoCoMo,
+LongMemEval, the coding-memory set), and the LambdaRank ranker trained on them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ log = logging.getLogger("agentmemrec")
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     from agentmemrec.ranking.eval.benchmarks import DATASETS  # noqa: PLC0415
     from agentmemrec.ranking.eval.evaluate import VARIANTS  # noqa: PLC0415
-    p = sub.add_parser("eval", help="measure evidence selection on LoCoMo or LongMemEval files")
+    p = sub.add_parser("eval", help="measure evidence selection on LoCoMo, LongMemEval or coding-memory files")
     p.add_argument("dataset", choices=DATASETS, help="the files' format")
     p.add_argument("paths", nargs="+", type=Path, help="benchmark files or directories of them")
     p.add_argument("--variant", action="append", help=f"pipeline variant (repeatable): "
@@ -46,12 +46,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--ablation", nargs="*", default=None, metavar="GROUP",
                    help="with --cv: also the full variant without each feature group (or only the named "
                         "ones: relevance, context, question, coding, session, cross-encoder)")
+    _also_arg(p, "--train-also", "with --cv: also train every fold on another dataset, e.g. --train-also locomo DIR")
 
     p = sub.add_parser("train", help="train the LambdaRank ranker on benchmark data")
     p.add_argument("dataset", choices=DATASETS, help="the files' format")
     p.add_argument("paths", nargs="+", type=Path, help="benchmark files or directories of them")
-    p.add_argument("--also", nargs="+", action="append", default=[], metavar="DATASET_OR_PATH",
-                   help="another dataset and its paths, e.g. --also longmemeval DIR")
+    _also_arg(p, "--also", "another dataset and its paths, e.g. --also longmemeval DIR")
     p.add_argument("--out", type=Path, required=True, help="where to write the model file")
     _pool_arg(p)
     p.add_argument("--limit", type=int, default=None, help="train on a random sample of N questions")
@@ -59,6 +59,29 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     device_arg(p)
     _rerank_arg(p)
     return {"eval": cmd_eval, "train": cmd_train}
+
+
+def _also_arg(p: argparse.ArgumentParser, flag: str, text: str) -> None:
+    p.add_argument(flag, nargs="+", action="append", default=[], metavar="DATASET_OR_PATH", help=text)
+
+
+def _sources(also: list[list[str]]) -> list[tuple[str, list[Path]]]:
+    from agentmemrec.ranking.eval.benchmarks import DATASETS  # noqa: PLC0415
+    bad = [a[0] for a in also if a[0] not in DATASETS or len(a) < 2]
+    if bad:
+        raise InputError(f"each extra dataset is a format and its paths, e.g. 'longmemeval DIR'; got {bad} "
+                         f"(formats: {', '.join(DATASETS)})")
+    return [(a[0], [Path(p) for p in a[1:]]) for a in also]
+
+
+def _groups(dataset: str, paths: list[Path], args: argparse.Namespace, models: Any,
+            limit: int | None = None) -> list[Any]:
+    """Every question's pool and features from the product's pipeline, as training groups."""
+    from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
+    from agentmemrec.ranking.eval.train import to_group  # noqa: PLC0415
+    kept: list[Any] = []
+    ev.evaluate(dataset, paths, [], [2700], limit, args.seed, args.pool_size, None, models, kept.append)
+    return [to_group(k) for k in kept]
 
 
 def _pool_arg(p: argparse.ArgumentParser) -> None:
@@ -76,12 +99,14 @@ def _rerank_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
-                     per_q: list[dict[str, Any]] | None) -> list[Any]:
+                     per_q: list[dict[str, Any]] | None, models: Any) -> list[Any]:
     from agentmemrec.ranking.eval.train import cross_validate, to_group  # noqa: PLC0415
     from agentmemrec.ranking.features import GROUPS  # noqa: PLC0415
     groups = [to_group(k) for k in kept]
-    by_case = args.dataset == "locomo"
-    runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q)]
+    extra = [g for dataset, paths in _sources(args.train_also) for g in _groups(dataset, paths, args, models)]
+    by_case = args.dataset in ("locomo", "coding")  # conversations and projects stay whole
+    runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q,
+                           extra=extra)]
     ablations = {**{name: [f.__name__ for f in feats] for name, feats in GROUPS.items()},
                  "cross-encoder": ["cross_encoder_z"]}
     unknown = sorted(set(args.ablation or ()) - set(ablations))
@@ -89,7 +114,8 @@ def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[in
         raise InputError(f"unknown ablation {unknown}; use: {', '.join(ablations)}")
     chosen = args.ablation or ([] if args.ablation is None else list(GROUPS))
     for name in chosen:
-        runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case, ablations[name], args.seed))
+        runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case, ablations[name],
+                                   args.seed, extra=extra))
     return runs
 
 
@@ -129,22 +155,18 @@ def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dic
 def cmd_train(args: argparse.Namespace) -> int:
     from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
     from agentmemrec.ranking.eval.benchmarks import fingerprint  # noqa: PLC0415
-    from agentmemrec.ranking.eval.train import to_group, train_model  # noqa: PLC0415
-    sources = [(args.dataset, args.paths)] + [(a[0], [Path(p) for p in a[1:]]) for a in args.also]
+    from agentmemrec.ranking.eval.train import train_model  # noqa: PLC0415
+    sources = [(args.dataset, args.paths)] + _sources(args.also)
     home = Settings.load().home
     models = ev.load_models(home, [], args.device, True, None, args.rerank_depth, args.rerank_tokens,
                             training=True)
-    groups = []
-    for dataset, paths in sources:
-        kept: list[Any] = []
-        ev.evaluate(dataset, paths, [], [2700], args.limit, args.seed, args.pool_size, None,
-                    models, kept.append)
-        groups += [to_group(k) for k in kept]
+    groups = [g for dataset, paths in sources for g in _groups(dataset, paths, args, models, args.limit)]
     model = train_model(groups, [fingerprint(d, p) for d, p in sources],
                         models.embedder.identity if models.embedder else None, models.reranker, args.seed)
     model.save(args.out)
+    strength = "fitted" if model.meta.get("strength") else "not fitted (no unanswerable questions)"
     emit(f"trained on {len(groups)} questions; best iteration {model.meta['metrics']['best_iteration']}, "
-         f"validation {model.meta['metrics']['valid']}; written to {args.out}")
+         f"validation {model.meta['metrics']['valid']}; evidence strength {strength}; written to {args.out}")
     return 0
 
 
@@ -158,6 +180,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     per_q: list[dict[str, Any]] | None = [] if args.per_question else None
     variants = ev.check_variants(args.variant or ["bm25"])
     cv = bool(args.cv) and "full" in variants
+    if args.train_also and not cv:
+        raise InputError("--train-also adds training data to cross-validation: use it with --variant full --cv K")
     data = fingerprint(args.dataset, args.paths)
     models = ev.load_models(Settings.load().home, variants, args.device, not args.no_cache, args.ranker_model,
                             args.rerank_depth, args.rerank_tokens, training=cv)
@@ -169,7 +193,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                              budgets, args.limit, args.seed, args.pool_size, per_q, models,
                              kept.append if cv else None)
     if cv:
-        runs += _cross_validated(args, kept, budgets, per_q)
+        runs += _cross_validated(args, kept, budgets, per_q, models)
     recs = ev.records(args.dataset, runs, cost)
     emit(f"dataset {args.dataset}: {cost['ingest_units']} units ingested in {cost['ingest_s']:.1f} s, "
          f"{cost['embed_units']} embedded in {cost['embed_s']:.1f} s")

@@ -170,8 +170,9 @@ def cmd_recall(args: argparse.Namespace) -> int:
         emit(slate_result(slate).model_copy(update={"notes": notes}).model_dump_json(indent=2))
         return 0
     emit(slate.context, end="")
+    strength = "" if slate.evidence_strength is None else f", evidence strength {slate.evidence_strength:.2f}"
     emit(f"-- slate {slate.slate_id}: {len(slate.items)} items, {slate.tokens_used}/"
-         f"{slate.budget} tokens (agentmemrec explain {slate.slate_id})")
+         f"{slate.budget} tokens{strength} (agentmemrec explain {slate.slate_id})")
     for note in notes:
         emit(f"-- note: {note}")
     return 0

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
+from mcp import Client
 
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.units import Unit
@@ -17,9 +19,11 @@ from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.eval.train import ENSEMBLE
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel, shipped_models
 from agentmemrec.ranking.memory import Memory
+from agentmemrec.ranking.strength import SIGNAL_NAMES
+from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
 
-from helpers import PETS, write_locomo
+from helpers import PETS, call, settings_for, write_coding, write_locomo
 
 T = datetime(2026, 5, 1)
 
@@ -237,3 +241,49 @@ def test_the_learned_ranker_beats_pool_order_where_the_features_must_decide(mini
                  "--ranker-model", str(model), "--budget", "200", "--json", str(out)]) == 0
     slate = {r["variant"]: r["slate_completeness"] for r in json.loads(out.read_text())["records"]}
     assert slate["rrf"] <= 0.5 and slate["full"] >= 5 / 6, slate
+
+
+@pytest.fixture(scope="module")
+def trained_coding(minilm_home, tmp_path_factory):
+    data = tmp_path_factory.mktemp("coding") / "coding.json"
+    write_coding(data)
+    out = data.parent / "ranker.json"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    try:
+        assert main(["train", "coding", str(data), "--out", str(out)]) == 0
+    finally:
+        mp.undo()
+    return data, out
+
+
+def test_training_on_coding_questions_fits_the_evidence_strength(trained_coding):
+    _, out = trained_coding
+    strength = RankerModel.load(out).strength
+    assert strength is not None and set(strength.names) <= set(SIGNAL_NAMES)
+    assert "top_dense" in strength.names  # the embedder was there when it was fitted
+
+
+@pytest.mark.anyio
+async def test_recall_slate_reports_the_evidence_strength(trained_coding, minilm_home, tmp_path):
+    data, out = trained_coding
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(minilm_home / "models")
+    items = json.loads(data.read_text())["projects"]["alpha-api"]["items"]
+    settings = replace(settings_for(home, "alpha-api"), ranker_model=out)
+    async with Client(create_server(settings)) as client:
+        await call(client, "remember", items=items)
+        slate = await call(client, "recall_slate", query="Which cache do we use now?")
+    assert 0.0 <= slate["evidence_strength"] <= 1.0
+
+
+def test_cross_validated_coding_eval_reports_the_strength_auroc(trained_coding, minilm_home, monkeypatch, tmp_path):
+    data, _ = trained_coding
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
+    out = tmp_path / "r.json"
+    assert main(["eval", "coding", str(data), "--variant", "full", "--cv", "2", "--budget", "2700",
+                 "--json", str(out)]) == 0
+    [rec] = json.loads(out.read_text())
+    assert 0.0 <= rec["evidence_strength_auroc"] <= 1.0 and rec["leaked_questions"] == []
+    assert rec["unanswerable"]["questions"] == 26

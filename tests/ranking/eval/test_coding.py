@@ -1,0 +1,102 @@
+"""`agentmemrec eval coding`: the coding-memory format read and checked, every slate checked for
+leaks and for how it shows decision statuses, metrics per kind and for unanswerable questions."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking.eval.evaluate import slate_violations
+from agentmemrec.ranking.eval.metrics import Outcome, auroc, summarize
+from agentmemrec.ranking.slate import Slate, SlateInputs, SlateItem
+from agentmemrec.server.cli import main
+
+from helpers import write_coding
+
+T = datetime(2026, 5, 1)
+
+
+def test_coding_file_runs_end_to_end_with_every_check(home, tmp_path, capsys):
+    data = write_coding(tmp_path / "coding.json")
+    out = tmp_path / "r.json"
+    per_q = tmp_path / "q.jsonl"
+    assert main(["eval", "coding", str(tmp_path / "coding.json"), "--budget", "2700", "--json", str(out),
+                 "--per-question", str(per_q)]) == 0
+    [rec] = json.loads(out.read_text())
+    answerable = [q for q in data["questions"] if q["kind"] != "unanswerable"]
+    assert rec["questions"] == len(answerable)
+    assert set(rec["by_category"]) == {"single", "multi", "status", "temporal", "paraphrase", "unanswerable"}
+    assert rec["multi_evidence_questions"] == sum(len(q["evidence"]) >= 2 for q in answerable)
+    assert rec["leaked_questions"] == [] and rec["misshown_questions"] == [] and rec["orphaned_questions"] == []
+    unanswerable = rec["unanswerable"]
+    assert unanswerable["questions"] == len(data["questions"]) - len(answerable)
+    assert unanswerable["with_unconfirmed_decision"] == sum(
+        1 for q in data["questions"] if q["kind"] == "unanswerable" and q["evidence"])
+    assert rec["evidence_strength_auroc"] is None  # bm25 alone has no calibrated strength
+    lines = [json.loads(l) for l in per_q.read_text().splitlines()]
+    assert {l["project"] for l in lines} == {"alpha-api", "beta-api"}
+    table = capsys.readouterr().out
+    assert "unanswerable questions and evidence strength" in table
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(format="locomo"), "not a coding benchmark"),
+    (lambda d: d["questions"][0].update(kind="trivia"), "unknown kind 'trivia'"),
+    (lambda d: d["questions"][0].update(evidence=["nope"]), "evidence ['nope'] names no item of project"),
+    (lambda d: d["questions"][0].update(project="gamma"), "project 'gamma' has no items"),
+    (lambda d: d["questions"][0].update(evidence=[]), "empty only for an unanswerable question"),
+    (lambda d: d["questions"][0].update(as_of="yesterday"), "not an ISO 8601 timestamp"),
+])
+def test_a_broken_coding_file_is_refused_with_what_to_fix(home, tmp_path, capsys, change, message):
+    data = write_coding(tmp_path / "c.json")
+    change(data)
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    assert main(["eval", "coding", str(tmp_path / "c.json")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def unit(uid: int, project: str = "p", **fields) -> Unit:
+    return Unit(uid, project, fields.pop("kind", "decision"), fields.pop("text", "x"), 5, T, uid, **fields)
+
+
+def slate_of(items: list[tuple[Unit, str | None]], context: str, successors=None) -> tuple[Slate, SlateInputs]:
+    inputs = SlateInputs(successors or {}, {})
+    slate = Slate("s_x", "p", 2700, context, 10, tuple(SlateItem(u, 1, 5, status) for u, status in items))
+    return slate, inputs
+
+
+def test_slate_checks_count_what_a_client_would_see():
+    old, new, prop = unit(1, status="accepted", superseded_by=2), unit(2, status="accepted"), unit(3, status="proposed")
+    context = ("# memory slate\n## decisions\n[#1] decision (SUPERSEDED by #2, 2026-05-01): x\n"
+               "[#2] decision (accepted, 2026-05-01): x\n[#3] decision (proposed, not confirmed, 2026-05-01): x\n")
+    assert slate_violations(*_with(slate_of([(old, "superseded"), (new, "accepted"), (prop, "proposed")], context,
+                                            {1: [new]}))) == (0, 0, 0)
+    # the successor missing, a proposal rendered as if accepted, a unit of another project
+    lone = context.replace("[#2] decision (accepted, 2026-05-01): x\n", "")
+    assert slate_violations(*_with(slate_of([(old, "superseded"), (prop, "proposed")], lone, {1: [new]}))) == (0, 0, 1)
+    hidden = context.replace("proposed, not confirmed", "accepted")
+    assert slate_violations(*_with(slate_of([(prop, "proposed")], hidden))) == (0, 1, 0)
+    foreign = unit(4, project="other", kind="turn")
+    assert slate_violations(*_with(slate_of([(foreign, None)], "[#4] user: x\n"))) == (1, 0, 0)
+
+
+def _with(pair: tuple[Slate, SlateInputs]) -> tuple[Slate, str, SlateInputs]:
+    return pair[0], "p", pair[1]
+
+
+def test_unanswerable_questions_are_kept_out_of_completeness_and_rank_the_strength():
+    def O(evidence, slate, answerable=True, strength=None, qid="q"):  # noqa: E743
+        return Outcome("k", frozenset(evidence), frozenset(slate), frozenset(slate), None, qid, answerable,
+                       strength=strength)
+    outcomes = [O("ab", "ab", strength=0.9), O("a", "", strength=0.4), O("", "", False, 0.2),
+                O("c", "c", False, 0.5)]
+    s = summarize(outcomes)
+    assert s["questions"] == 2 and s["slate_completeness"] == 0.5 and s["multi_evidence_completeness"] == 1.0
+    assert s["unanswerable"] == {"questions": 2, "with_unconfirmed_decision": 1, "unconfirmed_decision_in_slate": 1.0,
+                                 "nothing_stored": 1}
+    assert s["evidence_strength_auroc"] == pytest.approx(3 / 4)  # 0.9 beats both, 0.4 beats 0.2 only
+    assert s["evidence_strength_auroc_by_kind"] == {"nothing_stored": 1.0, "unconfirmed_decision": 0.5}
+    assert auroc([1.0], [1.0]) == 0.5 and auroc([], [1.0]) is None
