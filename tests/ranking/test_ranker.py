@@ -98,18 +98,22 @@ def test_without_an_embedder_the_session_dense_features_are_missing():
                                      "pair_next_dense", "pair_prev_dense_z", "pair_next_dense_z"}
 
 
+def train(home, dataset: str, data, out) -> None:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTMEMREC_HOME", str(home))
+    try:
+        assert main(["train", dataset, str(data), "--out", str(out)]) == 0
+    finally:
+        mp.undo()
+
+
 @pytest.fixture(scope="module")
 def trained(minilm_home, tmp_path_factory):
     data = tmp_path_factory.mktemp("data")
     for i in range(4):
         write_locomo(data / f"conv-{i}.json", seed=i)
     out = tmp_path_factory.mktemp("model") / "ranker.json"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AGENTMEMREC_HOME", str(minilm_home))
-    try:
-        assert main(["train", "locomo", str(data), "--out", str(out)]) == 0
-    finally:
-        mp.undo()
+    train(minilm_home, "locomo", data, out)
     return data, out
 
 
@@ -247,14 +251,8 @@ def test_the_learned_ranker_beats_pool_order_where_the_features_must_decide(mini
 def trained_coding(minilm_home, tmp_path_factory):
     data = tmp_path_factory.mktemp("coding") / "coding.json"
     write_coding(data)
-    out = data.parent / "ranker.json"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AGENTMEMREC_HOME", str(minilm_home))
-    try:
-        assert main(["train", "coding", str(data), "--out", str(out)]) == 0
-    finally:
-        mp.undo()
-    return data, out
+    train(minilm_home, "coding", data, data.parent / "ranker.json")
+    return data, data.parent / "ranker.json"
 
 
 def test_training_on_coding_questions_fits_the_evidence_strength(trained_coding):
