@@ -282,6 +282,6 @@ def test_cross_validated_coding_eval_reports_the_strength_auroc(trained_coding, 
     out = tmp_path / "r.json"
     assert main(["eval", "coding", str(data), "--variant", "full", "--cv", "2", "--budget", "2700",
                  "--json", str(out)]) == 0
-    [rec] = json.loads(out.read_text())
+    [rec] = json.loads(out.read_text())["records"]
     assert 0.0 <= rec["evidence_strength_auroc"] <= 1.0 and rec["leaked_questions"] == []
     assert rec["unanswerable"]["questions"] == 26

@@ -25,7 +25,7 @@ def test_coding_file_runs_end_to_end_with_every_check(home, tmp_path, capsys):
     per_q = tmp_path / "q.jsonl"
     assert main(["eval", "coding", str(tmp_path / "coding.json"), "--budget", "2700", "--json", str(out),
                  "--per-question", str(per_q)]) == 0
-    [rec] = json.loads(out.read_text())
+    [rec] = json.loads(out.read_text())["records"]
     answerable = [q for q in data["questions"] if q["kind"] != "unanswerable"]
     assert rec["questions"] == len(answerable)
     assert set(rec["by_category"]) == {"single", "multi", "status", "temporal", "paraphrase", "unanswerable"}
