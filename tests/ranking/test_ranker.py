@@ -276,6 +276,7 @@ async def test_recall_slate_reports_the_evidence_strength(trained_coding, minilm
     assert 0.0 <= slate["evidence_strength"] <= 1.0
 
 
+@pytest.mark.timeout(900)
 def test_cross_validated_coding_eval_reports_the_strength_auroc(trained_coding, minilm_home, monkeypatch, tmp_path):
     data, _ = trained_coding
     monkeypatch.setenv("AGENTMEMREC_HOME", str(minilm_home))
