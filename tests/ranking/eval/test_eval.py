@@ -127,7 +127,8 @@ def longmemeval_labelled(path):
 def test_longmemeval_session_ids_never_reach_a_slate(memory, tmp_path):
     longmemeval_labelled(tmp_path / "q1.json")
     [case] = read_cases("longmemeval", [tmp_path / "q1.json"])
-    memory.remember("lme", case.items)
+    [items] = case.projects.values()
+    memory.remember("lme", items)
     [q] = case.questions
     slate = memory.recall("lme", q.text, 2700, q.as_of)
     assert {it.unit.ref for it in slate.items} >= q.evidence
