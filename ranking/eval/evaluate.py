@@ -279,7 +279,9 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
                               "category": q.category, "question": q.text,
                               "as_of": q.as_of.isoformat() if q.as_of else None,
                               "evidence": sorted(q.evidence), "in_pool": sorted(q.evidence & pool),
-                              "evidence_strength": selection.strength, "in_slate": {}, "violations": {}}
+                              "evidence_strength": selection.strength,
+                              "top_score": selection.ranked[0].score if selection.ranked else None,
+                              "in_slate": {}, "violations": {}}
     for budget in budgets:
         t1 = time.perf_counter()
         slate = build(selection, budget)

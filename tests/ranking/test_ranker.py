@@ -257,7 +257,7 @@ def trained_coding(minilm_home, tmp_path_factory):
 
 def test_training_on_coding_questions_fits_the_evidence_strength(trained_coding):
     _, out = trained_coding
-    strength = RankerModel.load(out).strength
+    strength = RankerModel.read(out).strength
     assert strength is not None and set(strength.names) <= set(SIGNAL_NAMES)
     assert "top_dense" in strength.names  # the embedder was there when it was fitted
 
