@@ -20,6 +20,8 @@ Kinds (options in brackets):
   each file, then pool completeness, conditional ranking and evidence recall at the largest budget.
 - `eval-categories FILE` [variants=a,b budget=x]: slate completeness by question category.
 - `eval-budgets FILE...` [variants=a,b]: every figure of each (variant, budget) record.
+- `eval-coding FILE...` [variants=a,b budget=x]: the coding set's checks: multi-evidence
+  completeness, leaked slates, statuses not shown, evidence-strength AUROC.
 - `growth-latency`, `growth-resources`, `growth-dense` FILE...: bench/store_growth.py by store size.
 - `growth-targets FILE...` targets=SIZE:MS,...: full p50 at both pools against latency targets.
 - `recall-stages FILE...`: bench/store_growth.py, a full recall's p50 and each stage's.
@@ -150,7 +152,7 @@ def eval_categories(paths: list[str], docs: list[Any], opts: dict[str, str]) -> 
     budget = int(opts.get("budget", max(b for recs in variants.values() for b in recs)))
     cats = {c: m["questions"] for recs in variants.values() for c, m in recs[budget]["by_category"].items()}
     rows = [[c, str(n), *[pct(recs[budget]["by_category"][c]["slate_completeness"]) for recs in variants.values()]]
-            for c, n in cats.items()]
+            for c, n in cats.items() if n]  # the coding set's unanswerable questions have their own table
     head = ["category", "questions", *[f"{variant_label(v)} at {budget:,}" for v in variants]]
     return grid(head, rows) + [eval_caption(paths, docs)]
 
@@ -169,6 +171,32 @@ def eval_budgets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
     head = ["data", "variant", "pool", "budget", "questions", "pool completeness", "slate",
             "cond. ranking", "evidence recall", "recall p50 ms"]
     return grid(head, rows) + [eval_caption(paths, docs)]
+
+
+@kind("eval-coding")
+def eval_coding(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """The coding set's own checks per variant at one budget: completeness overall and with two or
+    more evidence units, the slates that broke a rule, and how the evidence strength separates
+    answerable from unanswerable questions."""
+    rows = []
+    for doc in docs:
+        _, records = eval_records(doc)
+        for variant, recs in by_variant(records, listed(opts, "variants")).items():
+            r = recs[int(opts.get("budget", max(recs)))]
+            u, auc = r["unanswerable"], r["evidence_strength_auroc_by_kind"]
+            rows.append([variant_label(variant), pct(r["slate_completeness"]),
+                         f"{pct(r['multi_evidence_completeness'])} ({r['multi_evidence_questions']})",
+                         *(str(len(r[k])) for k in ("leaked_questions", "misshown_questions", "orphaned_questions")),
+                         f"{pct(u['unconfirmed_decision_in_slate'])} ({u['with_unconfirmed_decision']})",
+                         *(auc_label(x) for x in (r["evidence_strength_auroc"], auc["nothing_stored"],
+                                                  auc["unconfirmed_decision"]))])
+    head = ["variant", "slate", "multi-evidence (n)", "leaked", "status not shown", "superseded alone",
+            "unconfirmed decision shown (n)", "strength AUROC", "vs nothing stored", "vs unconfirmed only"]
+    return grid(head, rows) + [eval_caption(paths, docs)]
+
+
+def auc_label(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
 
 
 # ---- bench/store_growth.py ----------------------------------------------------------------------
