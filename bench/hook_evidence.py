@@ -1,31 +1,39 @@
-"""When should a prompt hook add nothing? The evidence strength of the ranker's top score.
+"""When should a prompt hook add nothing? The ranker's top score against the evidence strength.
 
-`agentmemrec hook` adds a slate to a prompt only when the ranker's top score reaches
-`WEAK_SCORE` (server/hook_context.py). This measures how well that score separates prompts
-whose answer is stored from prompts about something else, through the product's own write and
-selection code (`Memory.remember`, then `Memory.recall` at the hook's budget):
+`agentmemrec hook` adds a slate to a prompt only when the ranker's top score reaches `WEAK_SCORE`
+(server/hook_context.py); the slate's evidence strength (ranking/strength.py, fitted with the
+ranker) is the other candidate gate. This measures how well each separates prompts whose answer
+is stored from prompts about something else, through the product's own write and selection code
+(`Memory.remember`, then `Memory.recall` at the hook's budget):
 
-- answerable, held out: LongMemEval-S questions asked of their own haystack, from the files the
-  shipped ranker was not trained on (it saw the first 60 in sorted order; pass the others);
-- answerable, trained on: the LoCoMo development questions (categories 1-4) asked of their own
-  conversation. The shipped ranker was trained on them, so their scores are optimistic: they
-  are reported, never used to choose the threshold;
-- unrelated, coding: hand-written coding-assistant prompts, asked of every history;
-- unrelated, other histories: the questions of the other files (same style, other people and
-  events), the hard case.
+- answerable, held out: LongMemEval-S questions asked of their own haystack, from files the
+  shipped rankers were not trained on; the coding set's held-out file
+  (bench/coding/coding-holdout.json), each answerable question asked of its project at its time;
+- answerable, trained on: the LoCoMo questions (categories 1-4) asked of their own conversation.
+  The shipped rankers were trained on them, so their scores are optimistic: they are reported,
+  never used to choose a threshold;
+- unrelated: hand-written coding-assistant prompts asked of every history and of every project of
+  the coding set (`project_prompts`, what a hook sees most); the questions of other histories
+  (same style, other people and events, the hard case); the held-out coding set's unanswerable
+  questions (only a proposed or rejected decision is stored, or nothing).
 
-For each configuration (BM25 only, as installed; and with the embedder of `--models-home`) it
-writes each kind's median top score, the AUROC of held-out answerable against each unrelated
-kind, and per threshold the share of each kind a hook would answer.
+For each configuration (BM25 only, as installed; and with the models of `--models-home`) and each
+signal it writes the AUROC of each held-out answerable kind against each unrelated kind, each
+kind's median, and per threshold the share of each kind a hook would answer.
 
-    nice -n 10 python bench/hook_evidence.py --locomo /work/shared/data/locomo \
+    nice -n 10 python bench/hook_evidence.py \
         --longmemeval $(ls /work/shared/data/longmemeval-s/*.json | sort | tail -n +61 | head -30) \
-        --models-home "$AGENTMEMREC_HOME" --out bench/results/hook_evidence.json
+        --coding bench/coding/coding-holdout.json --models-home "$AGENTMEMREC_HOME" \
+        --models-datasets coding --out bench/results/hook-evidence.json
+
+(`--locomo DIR` adds the LoCoMo questions, which the shipped rankers were trained on;
+`--ranker-model` and `--bm25-ranker-model` measure ranker files before they ship.)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -38,10 +46,9 @@ from harness import write_result
 from tqdm import tqdm
 
 from agentmemrec.indexing.dense.backfill import embed_pending
-from agentmemrec.ranking.eval.benchmarks import Case, read_cases
+from agentmemrec.ranking.eval.benchmarks import PROJECT, Case, read_cases
 from agentmemrec.ranking.eval.evaluate import open_cache
 from agentmemrec.ranking.memory import Memory
-from agentmemrec.server.hook_context import WEAK_SCORE
 from agentmemrec.server.hook_process import PROMPT_BUDGET
 
 CODING_PROMPTS = [
@@ -63,7 +70,10 @@ CODING_PROMPTS = [
     "column", "translate the error strings to German", "what is the time complexity of this "
     "sort?", "review this diff before I push", "undo the last change", "ok thanks",
 ]
-THRESHOLDS = [round(x, 2) for x in np.arange(-4.0, 4.01, 0.25)]
+SIGNALS = {"top_score": [round(x, 2) for x in np.arange(-4.0, 4.01, 0.25)],  # the ranker's, unbounded
+           "evidence_strength": [round(x, 2) for x in np.arange(0.0, 1.001, 0.05)]}  # a probability
+POSITIVE = ("longmemeval_held_out", "project_questions")  # held-out prompts whose answer is stored
+NEGATIVE = ("coding", "other_histories", "project_prompts", "project_unanswerable")
 
 
 def auroc(positive: list[float], negative: list[float]) -> float:
@@ -72,53 +82,83 @@ def auroc(positive: list[float], negative: list[float]) -> float:
     return float(((pos > neg).sum() + 0.5 * (pos == neg).sum()) / (pos.size * neg.size))
 
 
-def top_score(memory: Memory, project: str, query: str) -> float:
-    slate = memory.recall(project, query, PROMPT_BUDGET)
-    return slate.top_score if slate.top_score is not None else float("-inf")
+def measured(memory: Memory, project: str, query: str, as_of: Any = None) -> dict[str, float]:
+    """What a hook could gate on for one prompt: the ranker's top score and the evidence strength
+    (-inf and 0 when nothing is eligible; the strength is NaN for a ranker that has none)."""
+    slate = memory.recall(project, query, PROMPT_BUDGET, as_of=as_of)
+    strength = slate.evidence_strength if slate.items else 0.0
+    return {"top_score": slate.top_score if slate.top_score is not None else float("-inf"),
+            "evidence_strength": float("nan") if strength is None else strength}
 
 
-def open_history(home: Path, case: Case, models_home: Path | None, cache: Any) -> Memory:
-    """A fresh store holding one history, embedded when a model is installed."""
+def open_history(home: Path, case: Case, models_home: Path | None, cache: Any,
+                 ranker_model: Path | None = None) -> Memory:
+    """A fresh store holding one history (every project of a coding-set file), embedded when a
+    model is installed."""
     if models_home is not None:
         shutil.copytree(models_home / "models", home / "models")
-    memory = Memory.open(home, background=False)
-    for i in range(0, len(case.items), 1000):
-        memory.remember(case.case_id, case.items[i:i + 1000])
-    if memory.dense is not None:
-        embed_pending(memory.dense.vectors, memory.dense.embedder, cache=cache)
+    memory = Memory.open(home, background=False, ranker_model=ranker_model)
+    for project, items in case.projects.items():
+        for i in range(0, len(items), 1000):
+            memory.remember(project, items[i:i + 1000])
+        if memory.dense is not None:
+            embed_pending(memory.dense.vectors, memory.dense.embedder, project, cache)
     return memory
 
 
+def conversation_prompts(case: Case, cases: list[Case], n: int, dataset: str, others: int) -> dict[str, list]:
+    """A LoCoMo or LongMemEval history: its own questions, the coding prompts, and `others`
+    questions of the other histories of its dataset."""
+    own = {"longmemeval": "longmemeval_held_out", "locomo": "locomo_trained_on"}[dataset]
+    rest = [q for c in cases[n + 1:] + cases[:n] for q in c.questions if q.category != "5"]
+    return {own: [(PROJECT, q.text, None) for q in case.questions if q.category != "5"],
+            "coding": [(PROJECT, text, None) for text in CODING_PROMPTS],
+            "other_histories": [(PROJECT, q.text, None) for q in rest[:others]]}
+
+
+def project_prompts(case: Case) -> dict[str, list]:
+    """A coding-set file: each project's answerable and unanswerable questions at their time, and
+    the coding prompts asked of every project."""
+    return {"project_questions": [(q.project, q.text, q.as_of) for q in case.questions if q.answerable],
+            "project_unanswerable": [(q.project, q.text, q.as_of) for q in case.questions if not q.answerable],
+            "project_prompts": [(p, text, None) for p in case.projects for text in CODING_PROMPTS]}
+
+
+def summary(values: dict[str, list[float]], thresholds: list[float]) -> dict[str, Any]:
+    """AUROC of each held-out answerable kind against each other kind, medians, and per threshold
+    the share of each kind a hook would answer."""
+    kept = {k: [x for x in v if x == x] for k, v in values.items()}  # NaN: no strength model
+    kept = {k: v for k, v in kept.items() if v}
+    return {"auroc": {p: {n: round(auroc(kept[p], kept[n]), 3) for n in NEGATIVE if n in kept}
+                      for p in POSITIVE if p in kept},
+            "median": {k: round(float(np.median(v)), 3) for k, v in kept.items()},
+            "answered_by_threshold": [{"threshold": t, **{k: round(float(np.mean([x >= t for x in v])), 3)
+                                                          for k, v in kept.items()}} for t in thresholds]}
+
+
 def run_configuration(name: str, sets: dict[str, list[Case]], models_home: Path | None,
-                      others: int) -> dict[str, Any]:
-    """`sets`: dataset -> its cases. Each history is asked its own questions, the coding prompts
-    and `others` questions of the other histories of its dataset."""
-    scores: dict[str, list[float]] = {"longmemeval_held_out": [], "locomo_trained_on": [], "coding": [],
-                                      "other_histories": []}
-    cache = open_cache(models_home) if models_home else None
+                      others: int, ranker_model: Path | None = None) -> dict[str, Any]:
+    """`sets`: dataset -> its cases, each asked the prompts of `conversation_prompts` or
+    `project_prompts`; every prompt's top score and evidence strength."""
+    values: dict[str, dict[str, list[float]]] = {s: {} for s in SIGNALS}
+    cache = open_cache(models_home, "embeddings") if models_home else None
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentmemrec-hook-") as tmp:
         for dataset, cases in sets.items():
-            own_kind = {"longmemeval": "longmemeval_held_out", "locomo": "locomo_trained_on"}[dataset]
             for n, case in enumerate(tqdm(cases, desc=f"{name} {dataset}", unit="history", file=sys.stderr)):
-                memory = open_history(Path(tmp) / case.case_id, case, models_home, cache)
+                memory = open_history(Path(tmp) / f"{dataset}-{n}", case, models_home, cache, ranker_model)
+                asked = (project_prompts(case) if dataset == "coding"
+                         else conversation_prompts(case, cases, n, dataset, others))
                 try:
-                    rest = [q for c in cases[n + 1:] + cases[:n] for q in c.questions if q.category != "5"]
-                    asked = {own_kind: [q.text for q in case.questions if q.category != "5"],
-                             "coding": CODING_PROMPTS, "other_histories": [q.text for q in rest[:others]]}
-                    for kind, queries in asked.items():
-                        scores[kind] += [top_score(memory, case.case_id, text) for text in queries]
+                    for kind, prompts in asked.items():
+                        for project, text, as_of in prompts:
+                            for signal, value in measured(memory, project, text, as_of).items():
+                                values[signal].setdefault(kind, []).append(value)
                 finally:
                     memory.close()
-    held_out = scores["longmemeval_held_out"]
     return {"configuration": name, "seconds": round(time.perf_counter() - started, 1),
-            "queries": {k: len(v) for k, v in scores.items()},
-            "auroc_held_out_vs": {k: round(auroc(held_out, scores[k]), 3) for k in ("coding", "other_histories")}
-            if held_out else {},
-            "median_top_score": {k: round(float(np.median(v)), 3) for k, v in scores.items() if v},
-            "answered_by_threshold": [{"threshold": t, **{k: round(float(np.mean([s >= t for s in v])), 3)
-                                                          for k, v in scores.items() if v}}
-                                      for t in THRESHOLDS]}
+            "queries": {k: len(v) for k, v in values["top_score"].items()},
+            "signals": {s: summary(values[s], SIGNALS[s]) for s in SIGNALS}}
 
 
 def main() -> int:
@@ -126,21 +166,35 @@ def main() -> int:
     ap.add_argument("--locomo", type=Path, nargs="*", default=[], help="LoCoMo files or folders")
     ap.add_argument("--longmemeval", type=Path, nargs="*", default=[],
                     help="LongMemEval-S files the shipped ranker was not trained on")
+    ap.add_argument("--coding", type=Path, nargs="*", default=[],
+                    help="coding-set files the shipped ranker was not trained on (the held-out set)")
     ap.add_argument("--models-home", type=Path, default=None,
                     help="a home whose installed models (models/) the second configuration uses")
+    ap.add_argument("--models-datasets", nargs="*", default=None, metavar="DATASET",
+                    help="the datasets the second configuration asks (default: all; embedding a "
+                         "LongMemEval-S haystack takes minutes on a CPU)")
+    ap.add_argument("--ranker-model", type=Path, default=None,
+                    help="the ranker file the second configuration uses (default: the shipped one for its models)")
+    ap.add_argument("--bm25-ranker-model", type=Path, default=None,
+                    help="the ranker file the BM25-only configuration uses (default: the shipped one)")
     ap.add_argument("--others", type=int, default=40, help="questions of other histories asked of each")
     ap.add_argument("--out", type=Path, required=True, help="where the JSON results go")
     args = ap.parse_args()
     sets = {name: list(read_cases(name, paths)) for name, paths in
-            (("longmemeval", args.longmemeval), ("locomo", args.locomo)) if paths}
-    configurations = [run_configuration("bm25-only", sets, None, args.others)]
+            (("longmemeval", args.longmemeval), ("locomo", args.locomo), ("coding", args.coding)) if paths}
+    configurations = [run_configuration("bm25-only", sets, None, args.others, args.bm25_ranker_model)]
     if args.models_home:
-        configurations.append(run_configuration("with-embedder", sets, args.models_home, args.others))
-    write_result(args.out, {"benchmark": "hook_evidence", "weak_score": WEAK_SCORE, "budget": PROMPT_BUDGET,
+        active = json.loads((args.models_home / "models" / "active.json").read_text())
+        chosen = {k: v for k, v in sets.items() if args.models_datasets is None or k in args.models_datasets}
+        configurations.append(run_configuration(" + ".join(active.values()), chosen, args.models_home, args.others,
+                                             args.ranker_model))
+    write_result(args.out, {"benchmark": "hook_evidence", "budget": PROMPT_BUDGET,
+                            "ranker_models": [str(p) if p else None for p in (args.bm25_ranker_model, args.ranker_model)],
                             "files": {name: [c.case_id for c in cases] for name, cases in sets.items()},
                             "configurations": configurations})
     for c in configurations:
-        print(c["configuration"], "AUROC", c["auroc_held_out_vs"], "median top score", c["median_top_score"])
+        for signal, found in c["signals"].items():
+            print(c["configuration"], signal, "AUROC", found["auroc"], "median", found["median"])
     return 0
 
 

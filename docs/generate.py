@@ -36,8 +36,9 @@ Kinds (options in brackets):
 - `hook-latency FILE`: bench/hook_latency.py, the Claude Code hook's wall time per event.
 - `team-recall FILE`, `team-writes FILE`: bench/team.py, replicas on PostgreSQL against the
   embedded store; `pgvector-hnsw FILE`: bench/pgvector_hnsw.py, HNSW against the exact search.
-- `hook-evidence FILE` [thresholds=a,b]: bench/hook_evidence.py, the share of prompts a hook
-  answers at each top-score threshold, and the AUROC against held-out answerable prompts.
+- `hook-evidence FILE` [signal=top_score|evidence_strength thresholds=a,b]: bench/hook_evidence.py,
+  the share of prompts a hook answers at each threshold of the signal, and its AUROC against
+  held-out answerable prompts.
 """
 
 from __future__ import annotations
@@ -414,8 +415,13 @@ def model_cost_cpu(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
 # ---- the Claude Code hook (bench/hook_latency.py, bench/hook_evidence.py) ---------------------------
 
 HOOK_KINDS = {"longmemeval_held_out": "answerable (LongMemEval-S, held out)",
+              "project_questions": "answerable (coding set, held out)",
               "locomo_trained_on": "answerable (LoCoMo, trained on: optimistic)",
-              "coding": "unrelated: coding prompts", "other_histories": "unrelated: other histories' questions"}
+              "coding": "unrelated: coding prompts, conversation histories",
+              "project_prompts": "unrelated: coding prompts, coding projects",
+              "other_histories": "unrelated: other histories' questions",
+              "project_unanswerable": "no confirmed answer (coding set, held out)"}
+SIGNAL_LABELS = {"top_score": "top score", "evidence_strength": "strength"}
 
 
 def p50_p95(p: dict[str, Any]) -> str:
@@ -436,18 +442,23 @@ def hook_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
 
 @kind("hook-evidence")
 def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
-    """Per configuration and threshold, the share of each kind of prompt a hook answers."""
+    """Per configuration and threshold of one signal, the share of each kind of prompt a hook
+    answers, and the AUROC of each held-out answerable kind against it."""
+    signal = opts.get("signal", "top_score")
     wanted = [float(t) for t in listed(opts, "thresholds") or ["0", "0.5", "1", "1.5"]]
-    head = ["configuration", "prompts (n)", *(f"top score >= {t:g}" for t in wanted), "AUROC"]
+    positives = [k for k in HOOK_KINDS if k in ("longmemeval_held_out", "project_questions")]
+    head = ["configuration", "prompts (n)", *(f"{SIGNAL_LABELS[signal]} >= {t:g}" for t in wanted),
+            *(f"AUROC vs {HOOK_KINDS[p].split(' (')[1][:-1]}" for p in positives)]
     rows = []
     for c in docs[0]["configurations"]:
-        by = {r["threshold"]: r for r in c["answered_by_threshold"]}
+        found = c["signals"][signal]
+        by = {r["threshold"]: r for r in found["answered_by_threshold"]}
         for key, label in HOOK_KINDS.items():
-            if key not in c["queries"] or not c["queries"][key]:
+            if key not in by[wanted[0]]:
                 continue
-            auroc = c["auroc_held_out_vs"].get(key)
-            rows.append([c["configuration"], f"{label} ({c['queries'][key]})",
-                         *(pct(by[t][key]) for t in wanted), "" if auroc is None else f"{auroc:.3f}"])
+            aurocs = [found["auroc"].get(p, {}).get(key) for p in positives]
+            rows.append([c["configuration"], f"{label} ({c['queries'][key]})", *(pct(by[t][key]) for t in wanted),
+                         *("" if a is None else f"{a:.3f}" for a in aurocs)])
     return grid(head, rows) + [sources(paths, [f"hook budget {docs[0]['budget']} tokens"])]
 
 
