@@ -115,6 +115,9 @@ class TimedRanker:
         self.seconds.append(time.perf_counter() - t0)
         return out
 
+    def __getattr__(self, name: str) -> Any:  # the rest of the Ranker protocol (strength, model, ...)
+        return getattr(self.inner, name)
+
 
 def baseline_scan(store: Any, project: str, query: str, k: int = 256) -> list[int]:
     """The baseline without the product's caching: read the project's rows from DuckDB, tokenize,

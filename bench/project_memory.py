@@ -48,7 +48,7 @@ def open_memory(home: Path, cap_bytes: int | None) -> Memory:
     store = open_store(home)
     dense = DenseIndex(store, StandInEmbedder(IDENTITY), cap_bytes)
     channels = [Bm25Channel(LexicalIndex(store, home / "index" / "bm25", cap_bytes)), DenseChannel(dense)]
-    return Memory(store, channels, LearnedRanker(RankerModel.load()), dense=dense)
+    return Memory(store, channels, LearnedRanker(RankerModel.shipped("embedder-ranker.json")), dense=dense)
 
 
 def build(home: Path, projects: int, units: int) -> dict[str, Any]:

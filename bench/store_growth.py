@@ -270,16 +270,13 @@ async def mcp_latency(home: Path, ranker: Path | None, qs: list[str], budget_s: 
     return {**percentiles(seconds), "first_call_ms": round(1000 * first, 1)}
 
 
-async def _notes(client: Any, slate_id: str) -> list[str]:
-    why = await client.call_tool("explain_selection", {"slate_id": slate_id})
-    return why.structured_content.get("notes", [])
-
-
-async def _wait_for_backfill(client: Any, slate_id: str, wait_s: float) -> float | None:
-    """Seconds until the server has embedded everything (None: not within wait_s)."""
+async def _wait_for_backfill(client: Any, query: str, wait_s: float) -> float | None:
+    """Seconds until the server has embedded everything (None: not within wait_s): a fresh
+    recall's notes, since an explanation keeps the notes as they were at its recall."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < wait_s:
-        if not any("not yet embedded" in n for n in await _notes(client, slate_id)):
+        slate = await client.call_tool("recall_slate", {"query": query})
+        if not any("not yet embedded" in n for n in slate.structured_content.get("notes", [])):
             return round(time.perf_counter() - t0, 1)
         await anyio.sleep(2)
     return None
@@ -300,9 +297,8 @@ async def cold_start(home: Path, ranker: Path | None, qs: list[str], pool: int, 
         first = await client.call_tool("recall_slate", {"query": qs[0]})
         first_s = time.perf_counter() - t0
         assert not first.is_error, first.content[0].text
-        slate_id = first.structured_content["slate_id"]
-        notes = await _notes(client, slate_id)
-        backfill_s = await _wait_for_backfill(client, slate_id, wait_s)
+        notes = first.structured_content.get("notes", [])
+        backfill_s = await _wait_for_backfill(client, qs[0], wait_s)
         seconds = []
         for q in qs[1:11]:
             t1 = time.perf_counter()
