@@ -13,8 +13,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.errors import InputError
@@ -36,10 +34,11 @@ from agentmemrec.indexing.units import (
     validate_batch,
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
+from agentmemrec.ranking.explanation import pack_pool, unpack
 from agentmemrec.ranking.features import FEATURE_NAMES
 from agentmemrec.ranking.loading import open_models
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
-from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, display_status
+from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate
 
 log = logging.getLogger(__name__)
 
@@ -270,36 +269,18 @@ class Memory:
         return {uid: chain for uid, chain in chains.items() if chain}
 
     def _explanation(self, slate: Slate, selection: "Selection", pool_size: int) -> dict[str, Any]:
-        query, as_of, pool, ranked = selection.query, selection.as_of, selection.pool, selection.ranked
-        in_slate = [it.rank for it in slate.items if it.rank is not None]
-        cutoff = max(in_slate) if in_slate else 0
-        names, rows = _feature_rows(ranked)
-        candidates = []
-        for sc, row in zip(ranked, rows):
-            outcome = slate.outcomes.get(sc.unit.id, "skipped_over_budget")
-            lost = None
-            if outcome == "skipped_over_budget":
-                lost = "budget" if sc.rank < cutoff or sc.unit.tokens > slate.budget else "ranking"
-            candidates.append({
-                "id": sc.unit.id, "rank": sc.rank, "pool_rank": sc.candidate.pool_rank,
-                "status": display_status(sc.unit, selection.inputs),
-                "score": sc.score, "tokens": sc.unit.tokens, "outcome": outcome, "lost_to": lost,
-                "channels": {n: {"rank": h.rank, "score": h.score}
-                             for n, h in sc.candidate.channels.items()},
-                "features": row,
-            })
+        pool = selection.pool
         return {
-            "slate_id": slate.slate_id, "query": query, "budget": slate.budget,
-            "as_of": as_of.isoformat() if as_of else None, "ranker": self.ranker.name,
+            "slate_id": slate.slate_id, "query": selection.query, "budget": slate.budget,
+            "as_of": selection.as_of.isoformat() if selection.as_of else None, "ranker": self.ranker.name,
             "channels": list(pool.channels), "models": self.models(), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),
                        "headers": slate.tokens_used - slate.fixed_tokens
                        - sum(it.tokens for it in slate.items)},
             "successors": [it.unit.id for it in slate.items if it.rank is None],
-            "excluded_as_of": len(selection.excluded), "feature_names": names, "candidates": candidates,
-            "beyond_pool": {n: {str(k): v for k, v in ids.items()} for n, ids in pool.cut_off.items()},
-            "notes": list(slate.notes),
+            "excluded_as_of": len(selection.excluded), "notes": list(slate.notes),
+            "pool": pack_pool(slate, selection.ranked, selection.inputs, pool.channels, pool.cut_off),
         }
 
     # ---- explanation ------------------------------------------------------------------------
@@ -316,12 +297,10 @@ class Memory:
         if saved is None or saved[0] not in allowed:
             raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")
-        project, payload = saved
-        names = payload.pop("feature_names", None)
+        project, payload = saved[0], unpack(saved[1])
         live = self.store.units(project, [c["id"] for c in payload["candidates"]])
         # forgotten units never reappear; a decision's status is the one in force in the slate
-        candidates = [{**_unit_fields(live[c["id"]]), **c, "features": _named(names, c.get("features"))}
-                      for c in payload["candidates"] if c["id"] in live]
+        candidates = [{**_unit_fields(live[c["id"]]), **c} for c in payload["candidates"] if c["id"] in live]
         payload = {**payload, "project": project, "candidates": candidates,
                    "units_in_project": self.store.count_units(project),
                    "out_of_scope_units": self.store.units_outside(project),
@@ -379,25 +358,6 @@ def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
     slate_id = "s_" + (id_prefix + uuid.uuid4().hex)[:12]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
                        selection.strength)
-
-
-def _feature_rows(ranked: Sequence[ScoredCandidate]) -> tuple[list[str] | None, list[list[float | None] | None]]:
-    """Every candidate's feature values as one row under shared names (an explanation is saved
-    for every recall: names once, not per candidate), rounded; a missing source (NaN) is null."""
-    first = next((sc.features for sc in ranked if sc.features), None)
-    if first is None:
-        return None, [None] * len(ranked)
-    names = list(first)
-    values = np.round(np.array([[sc.features[n] for n in names] if sc.features else [np.nan] * len(names)
-                                for sc in ranked], dtype=np.float64), 4)
-    return names, np.where(np.isnan(values), None, values).tolist()
-
-
-def _named(names: list[str] | None, values: Any) -> dict[str, float | None] | None:
-    """A saved feature row as a name -> value mapping (rows saved before names were shared are one)."""
-    if names is None or not isinstance(values, list):
-        return values
-    return dict(zip(names, values))
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from agentmemrec.indexing.store.protocol import Store
 
 log = logging.getLogger(__name__)
-KEEP_SLATES = 500  # per project: the newest slates stay explainable (one is about 200 KB at pool 512)
+KEEP_SLATES = 500  # per project: the newest slates stay explainable (one is about 150 KB at pool 512, packed: ranking/explanation.py)
 MAX_QUEUED = 64  # explanations waiting for the writer (each holds its recall's pool and features)
 QUEUE_WAIT_S = 10.0  # a writer that cannot store for this long is failing: the oldest is dropped
 STARTS = ""  # the project under which instances are recorded: no project has an empty name

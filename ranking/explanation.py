@@ -1,0 +1,116 @@
+"""What `explain_selection` reads back: every recall's pool, ranking and outcomes, saved compactly.
+
+An explanation is saved for every recall, so it is packed: the pool's columns (ids, ranks,
+scores, token counts, channel hits, outcomes) and its feature matrix are little-endian arrays,
+base64 inside one small JSON document (about a third of the size of a JSON object per candidate,
+and a few per cent of its cost to encode). `unpack` gives back one dict per candidate, as
+`explain_selection` shows them; explanations saved before packing (a list of candidate objects)
+read as they always did.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Sequence, get_args
+
+import numpy as np
+
+from agentmemrec.ranking.ranker import ScoredCandidate
+from agentmemrec.ranking.slate import Outcome, Slate, SlateInputs, display_status
+
+PACKED = 2  # the payload's "packed" version
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+LOST_TO = (None, "ranking", "budget")  # why a candidate skipped over budget is out: see `lost_to`
+DECIMALS = 4  # features are shown rounded: they are saved as float32, exact to about 7 digits
+
+
+def _encode(values: Any, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode("ascii")
+
+
+def _decode(text: str, dtype: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype=dtype)
+
+
+def lost_to(outcome: str, rank: int, tokens: int, cutoff: int, budget: int) -> str | None:
+    """A candidate skipped over budget was lost to the budget if it ranked above the slate's last
+    item or is larger than the whole budget, else to ranking (it ranked below what filled it)."""
+    if outcome != "skipped_over_budget":
+        return None
+    return "budget" if rank < cutoff or tokens > budget else "ranking"
+
+
+def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInputs,
+              channels: Sequence[str], beyond: dict[str, dict[int, int]]) -> dict[str, Any]:
+    """The candidates (in final rank order: rank i + 1) and what was cut off below the pool."""
+    in_slate = [it.rank for it in slate.items if it.rank is not None]
+    cutoff = max(in_slate) if in_slate else 0
+    outcomes = [slate.outcomes.get(sc.unit.id, "skipped_over_budget") for sc in ranked]
+    tokens = [sc.unit.tokens for sc in ranked]
+    lost = [LOST_TO.index(lost_to(o, sc.rank, t, cutoff, slate.budget)) for o, sc, t in zip(outcomes, ranked, tokens)]
+    hits = {name: [sc.candidate.channels.get(name) for sc in ranked] for name in channels}
+    names, matrix = _feature_matrix(ranked)
+    return {
+        "packed": PACKED, "n": len(ranked),
+        "ids": _encode([sc.unit.id for sc in ranked], "<i8"),
+        "pool_rank": _encode([sc.candidate.pool_rank for sc in ranked], "<i4"),
+        "score": _encode([sc.score for sc in ranked], "<f8"),
+        "tokens": _encode(tokens, "<i4"),
+        "outcome": _encode([OUTCOMES.index(o) for o in outcomes], "<i1"),
+        "lost_to": _encode(lost, "<i1"),
+        "status": [display_status(sc.unit, inputs) for sc in ranked],
+        "hits": {name: {"rank": _encode([h.rank if h else 0 for h in col], "<i4"),  # 0: not found by it
+                        "score": _encode([h.score if h else 0.0 for h in col], "<f8")}
+                 for name, col in hits.items()},
+        "feature_names": names, "features": _encode(matrix, "<f4") if names else None,
+        "beyond_pool": {name: {"ids": _encode(list(ids), "<i8"), "ranks": _encode(list(ids.values()), "<i4")}
+                        for name, ids in beyond.items()},
+    }
+
+
+def _feature_matrix(ranked: Sequence[ScoredCandidate]) -> tuple[list[str] | None, np.ndarray]:
+    """Every candidate's features under shared names (NaN: a missing source, or no features)."""
+    first = next((sc.features for sc in ranked if sc.features), None)
+    if first is None:
+        return None, np.zeros((0, 0))
+    names = list(first)
+    nan = [np.nan] * len(names)
+    rows = [[np.nan if (v := sc.features[n]) is None else v for n in names] if sc.features else nan
+            for sc in ranked]
+    return names, np.array(rows, dtype=np.float64)
+
+
+def unpack(payload: dict[str, Any]) -> dict[str, Any]:
+    """The saved explanation with one dict per candidate (id, rank, pool_rank, status, score,
+    tokens, outcome, lost_to, channels, features) and `beyond_pool` as channel -> id -> rank."""
+    if "candidates" in payload:  # saved before packing
+        names = payload.pop("feature_names", None)
+        return {**payload, "candidates": [{**c, "features": _named(names, c.get("features"))}
+                                          for c in payload["candidates"]]}
+    pool = payload.pop("pool")
+    n = pool["n"]
+    ids, pool_rank = _decode(pool["ids"], "<i8").tolist(), _decode(pool["pool_rank"], "<i4").tolist()
+    score, tokens = _decode(pool["score"], "<f8").tolist(), _decode(pool["tokens"], "<i4").tolist()
+    outcome, lost = _decode(pool["outcome"], "<i1").tolist(), _decode(pool["lost_to"], "<i1").tolist()
+    hits = {name: (_decode(h["rank"], "<i4").tolist(), _decode(h["score"], "<f8").tolist())
+            for name, h in pool["hits"].items()}
+    names = pool["feature_names"]
+    rows: list[Any] = [None] * n
+    if names:
+        values = np.round(_decode(pool["features"], "<f4").reshape(n, len(names)).astype(np.float64), DECIMALS)
+        rows = [dict(zip(names, row)) for row in np.where(np.isnan(values), None, values).tolist()]
+    candidates = [{"id": ids[i], "rank": i + 1, "pool_rank": pool_rank[i], "status": pool["status"][i],
+                   "score": score[i], "tokens": tokens[i], "outcome": OUTCOMES[outcome[i]],
+                   "lost_to": LOST_TO[lost[i]],
+                   "channels": {name: {"rank": r[i], "score": s[i]} for name, (r, s) in hits.items() if r[i]},
+                   "features": rows[i]} for i in range(n)]
+    beyond = {name: dict(zip(map(str, _decode(b["ids"], "<i8").tolist()), _decode(b["ranks"], "<i4").tolist()))
+              for name, b in pool["beyond_pool"].items()}
+    return {**payload, "candidates": candidates, "beyond_pool": beyond}
+
+
+def _named(names: list[str] | None, values: Any) -> dict[str, float | None] | None:
+    """A saved feature row as a name -> value mapping (rows saved before names were shared are one)."""
+    if names is None or not isinstance(values, list):
+        return values
+    return dict(zip(names, values))
