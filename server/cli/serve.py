@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import threading
@@ -78,10 +79,20 @@ def serve_settings(args: argparse.Namespace) -> Settings:
                          capture_claude_code=args.capture_claude_code, **source_settings(args))
 
 
+def long_lived_collector() -> None:
+    """A server's objects are mostly long-lived (modules, models, the indexes' caches): a full pass
+    of Python's collector over them cost a recall about 55 ms, every 17 recalls at 10,000 units.
+    What exists at start is frozen out of its passes, and young objects are collected less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentmemrec.server.app import create_server  # noqa: PLC0415
     settings = serve_settings(args)
     server = create_server(settings)
+    long_lived_collector()
     if args.http:
         # on a PostgreSQL store a replica keeps no session state, so any replica may take any
         # request (a load balancer needs no sticky sessions)
@@ -101,6 +112,7 @@ def cmd_owner(args: argparse.Namespace) -> int:
                  "hooks, use serve --http and its http hook; see docs/clients.md)")
         return 0
     shared = shared_memory(settings).start()
+    long_lived_collector()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
