@@ -85,18 +85,27 @@ def section(unit: Unit, inputs: SlateInputs) -> tuple:
 
 def header(key: tuple) -> str:
     if len(key) == 3:
-        return f"## session {one_line(key[2])} ({key[1]:%Y-%m-%d %H:%M})"
+        return f"## session {shown_session(key[2])} ({key[1]:%Y-%m-%d %H:%M})"
     return {0: "## decisions", 1: "## notes", 3: "## conversation"}[key[0]]
 
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 
 
+def shown_session(name: str) -> str:
+    """A session's name as its header shows it: a captured session is named by a uuid (about 30
+    tokens), whose first 8 digits tell a project's sessions apart."""
+    return name[:8] if _UUID.match(name) else one_line(name)
+
+
 def shown_ref(unit: Unit) -> str | None:
-    """The ref an item line shows. Refs that repeat the path (a note's default ref, a watched
-    file's `file:<path>`) or are machine keys (a transcript line's uuid, about 37 tokens) are
-    left out: the id names the item as well, and `items` still carries every ref."""
-    if not unit.ref or unit.ref in (unit.path, f"file:{unit.path}") or _UUID.match(unit.ref):
+    """The ref an item line shows: a decision's or a note's (an ADR number, a document key).
+    A turn's ref is its message key in a conversation (a transcript line's uuid, a dialogue
+    position), which its session header and speaker already place; refs that repeat the path (a
+    note's default ref, a watched file's `file:<path>`) or are uuids are left out too. Labels,
+    speakers and headers were a third of a LoCoMo slate's tokens. The id names the item (tools
+    take `#id`), and `items` still carries every ref."""
+    if unit.kind == "turn" or not unit.ref or unit.ref in (unit.path, f"file:{unit.path}") or _UUID.match(unit.ref):
         return None
     return unit.ref
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import duckdb
 
@@ -21,7 +22,8 @@ def test_import_then_recall_then_explain(home, tmp_path, capsys, store_url):
     assert "30 items read, 30 stored" in capsys.readouterr().out
     assert main(["recall", "which port does service 7 use", "--project", "infra", "--budget", "300", *store]) == 0
     out = capsys.readouterr().out
-    assert "[#" in out and "svc-7" in out
+    # a turn's label is its id and speaker (its ref is a message key; explain and forget take either)
+    assert re.search(r"^\[#\d+\] user: Service 7 uses gRPC on port 9007\.$", out, re.M), out
     slate_id = out.rsplit("agentmemrec explain ", 1)[1].split(")")[0]
     assert main(["explain", slate_id, "--ref", "svc-7", *store]) == 0
     payload = json.loads(capsys.readouterr().out)
