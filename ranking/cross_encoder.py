@@ -21,7 +21,7 @@ from agentmemrec.indexing.dense.onnx_runtime import open_model
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 
 BATCH = 16
-DEFAULT_LIMIT = 32
+DEFAULT_LIMIT = 16  # cross-validated as complete as 32 on LoCoMo at half the cost (docs/evaluation.md)
 
 
 class Reranker(Protocol):

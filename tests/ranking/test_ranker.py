@@ -215,7 +215,7 @@ def test_a_damaged_ranker_file_falls_back_to_fusion_order(home, tmp_path):
 
 def write_askers(path, seed: int) -> None:
     """A conversation where pool order must fail and the features make the answer plain: for each
-    pet, ten turns ask about where it sleeps, in the question's own words (BM25 and the embedder
+    pet, twenty turns (more than a 200-token slate holds) ask about where it sleeps, in the question's own words (BM25 and the embedder
     rank them first), and one turn, in fewer of those words, tells it."""
     import random
     rng = random.Random(seed)
@@ -225,11 +225,11 @@ def write_askers(path, seed: int) -> None:
         place = rng.choice(["blue basket", "attic", "garage", "red sofa", "laundry room", "porch"])
         rows = [{"speaker": "Bo", "dia_id": f"D{s}:{t}",
                  "text": rng.choice([f"Where does {pet} sleep?", f"Where does {pet} sleep at night?",
-                                     f"Does {pet} sleep well? Where does {pet} sleep?"])} for t in range(1, 11)]
-        rows.insert(rng.randint(0, 10), {"speaker": "Ana", "dia_id": f"D{s}:11", "text": f"{pet} naps in the {place}."})
+                                     f"Does {pet} sleep well? Where does {pet} sleep?"])} for t in range(1, 21)]
+        rows.insert(rng.randint(0, 20), {"speaker": "Ana", "dia_id": f"D{s}:21", "text": f"{pet} naps in the {place}."})
         conv[f"session_{s}_date_time"] = f"10:00 am on {s} May, 2023"
         conv[f"session_{s}"] = rows
-        qa.append({"question": f"Where does {pet} sleep?", "answer": place, "evidence": [f"D{s}:11"], "category": 4})
+        qa.append({"question": f"Where does {pet} sleep?", "answer": place, "evidence": [f"D{s}:21"], "category": 4})
     path.write_text(json.dumps({**conv, "qa": qa}))
 
 
