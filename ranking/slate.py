@@ -102,9 +102,9 @@ def shown_ref(unit: Unit) -> str | None:
     """The ref an item line shows: a decision's or a note's (an ADR number, a document key).
     A turn's ref is its message key in a conversation (a transcript line's uuid, a dialogue
     position), which its session header and speaker already place; refs that repeat the path (a
-    note's default ref, a watched file's `file:<path>`) or are uuids are left out too. Labels,
-    speakers and headers were a third of a LoCoMo slate's tokens. The id names the item (tools
-    take `#id`), and `items` still carries every ref."""
+    note's default ref, a watched file's `file:<path>`) or are uuids are left out too, so a slate
+    of short turns holds more of them. The id names the item (tools take `#id`), and `items`
+    still carries every ref."""
     if unit.kind == "turn" or not unit.ref or unit.ref in (unit.path, f"file:{unit.path}") or _UUID.match(unit.ref):
         return None
     return unit.ref
