@@ -36,6 +36,7 @@ Kinds (options in brackets):
 - `hook-latency FILE`: bench/hook_latency.py, the Claude Code hook's wall time per event.
 - `team-recall FILE`, `team-writes FILE`: bench/team.py, replicas on PostgreSQL against the
   embedded store; `pgvector-hnsw FILE`: bench/pgvector_hnsw.py, HNSW against the exact search.
+- `dense-graph FILE`: bench/ann_recall.py, the dense graph of a large project against the exact product.
 - `hook-evidence FILE` [signal=top_score|evidence_strength thresholds=a,b]: bench/hook_evidence.py,
   the share of prompts a hook answers at each threshold of the signal, and its AUROC against
   held-out answerable prompts.
@@ -243,15 +244,21 @@ def growth_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
     return grid(head, rows) + [load_caption(paths, docs)]
 
 
+def graph_built(graph: dict[str, Any] | None) -> str:
+    return "none: exact product" if graph is None else f"{graph['source']} in {graph['seconds']:.0f} s"
+
+
 @kind("growth-resources")
 def growth_resources(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     rows = [[f"{r['size']:,}", f"{num(r['ingest']['units_per_s'])} ({num(r['ingest']['last_tenth_units_per_s'])})",
              num(r["backfill_standin"]["units_per_s"]), f"{r['rebuild']['bm25_s']:.1f} s",
              f"{r['rebuild']['dense_s']:.1f} s", f"{num(r['disk_mib'])} MiB",
-             f"{r['server']['first_recall_s']:.1f} s", f"{num(r['server']['server_peak_rss_mib'])} MiB"]
+             f"{r['server']['first_recall_s']:.1f} s", f"{num(r['server']['server_peak_rss_mib'])} MiB",
+             graph_built(r.get("dense_graph"))]
             for _, r in sizes(docs)]
     head = ["units in `main`", "ingest units/s, lexical (last tenth)", "stand-in backfill units/s",
-            "bm25 rebuild", "dense load", "disk", "cold start to first answer", "server peak RSS"]
+            "bm25 rebuild", "dense load", "disk", "cold start to first answer", "server peak RSS",
+            "dense graph (indexing/dense/ann.py)"]
     return grid(head, rows) + [load_caption(paths, docs)]
 
 
@@ -510,6 +517,20 @@ def pgvector_hnsw(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
                              pct(h["recall_at_512"]), f"{r['hnsw']['build_s']:.0f} s to build"])
     return grid(["units in the project", "search", "top-512 p50 ms", "recall@512", "index"], rows) + \
         [load_caption(paths, docs)]
+
+
+@kind("dense-graph")
+def dense_graph(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """bench/ann_recall.py: the dense graph against the exact product, on real and jittered vectors."""
+    rows = [[{"real": "real", "jittered": f"real + jittered copies (noise {doc['jitter']})"}[name], num(r["vectors"]),
+             f"{pct(r['recall_at_512'])} ({pct(r['recall_at_512_p5'])})", pct(r["recall_at_100"]),
+             num(r["graph_search_p50_ms"], 1), num(r["exact_p50_ms"], 1), f"{r['build_s']:.0f} s",
+             f"{num(r['graph_mib'])} MiB"]
+            for doc in docs for name, r in doc["sizes"].items()]
+    head = ["vectors", "units", "recall@512 (5th percentile)", "recall@100", f"graph p50 ms (top {docs[0]['depth']:,})",
+            "exact p50 ms", "build", "graph in memory"]
+    return grid(head, rows) + [sources(paths, [f"{d['machine']['cpus']} CPUs, load average "
+                                               f"{d['machine']['load_1m_end']} at the end" for d in docs])]
 
 
 # ---- the documents ------------------------------------------------------------------------------

@@ -1,21 +1,27 @@
 """The dense channel: an in-memory snapshot per project of the vectors the store holds
 (indexing/store/vectors.py), following writes and new vectors.
 
-Search is an exact inner product over the project's current vectors, held in memory as float32
-(float16 on disk) in a few immutable parts (indexing/segments.py): a write or a new batch of
-vectors marks the changed units' old rows dead and adds a part for their current vectors, found
-through the change logs, so nothing is reloaded whole after the first load.
+The project's current vectors are held in memory in a few immutable parts (indexing/segments.py):
+a write or a new batch of vectors marks the changed units' old rows dead and adds a part for their
+current vectors, found through the change logs, so nothing is reloaded whole after the first load.
+Search is an exact inner product over them (float32 rows) until a project holds `ANN_MIN_UNITS`;
+a larger one keeps its rows as float16, as the store does, and searches a graph
+(indexing/dense/ann.py) for the units whose exact cosines it then reads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import threading
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from agentmemrec.indexing.dense.ann import ANN_MIN_UNITS, ProjectAnn
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache, keep_rows
 from agentmemrec.indexing.store.protocol import Store, Vectors
@@ -35,7 +41,7 @@ def merge_vectors(parts: Sequence[Vectors], dead: Sequence[np.ndarray | None]) -
     ids = np.concatenate([p.ids[k] for p, k in zip(parts, keep)])
     dest = np.empty(len(ids), dtype=np.int64)
     dest[np.argsort(ids, kind="stable")] = np.arange(len(ids))
-    matrix = np.empty((len(ids), parts[0].matrix.shape[1]), dtype=np.float32)
+    matrix = np.empty((len(ids), parts[0].matrix.shape[1]), dtype=parts[0].matrix.dtype)
     start = 0
     for p, k, d in zip(parts, keep, dead):
         matrix[dest[start:start + len(k)]] = p.matrix if d is None else p.matrix[k]
@@ -49,6 +55,7 @@ class DenseSnapshot:
     key: tuple[int, int]  # (store generation, vector generation)
     segments: Segments[Vectors]
     dim: int
+    ann: ProjectAnn | None = field(default=None, compare=False)  # the graph of a large project
 
     @cached_property
     def _row_ids(self) -> np.ndarray:
@@ -76,6 +83,19 @@ class DenseSnapshot:
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
     def search(self, query: np.ndarray, k: int, exclude: set[int] | frozenset[int] = frozenset()) -> list[DenseHit]:
+        """The top k by cosine (ties: lower id first): through the graph when the project has one
+        ready and few units are excluded (a question as of a past date excludes all later ones),
+        else exact."""
+        graph = self.ann is not None and len(exclude) <= k
+        found = self.ann.nearest(query, k + len(exclude)) if graph else None
+        if found is None:
+            return self.exact_search(query, k, exclude)
+        scores = self.lookup(query, [i for i in found.tolist() if i not in exclude])
+        top = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        return [DenseHit(uid, r, score) for r, (uid, score) in enumerate(top, 1)]
+
+    def exact_search(self, query: np.ndarray, k: int, exclude: set[int] | frozenset[int] = frozenset()
+                     ) -> list[DenseHit]:
         scores = self.similarities(query)
         if exclude and len(scores):
             scores[self._rows(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = -np.inf
@@ -94,13 +114,15 @@ class DenseSnapshot:
         wanted = np.asarray(sorted(set(ids)), dtype=np.int64)
         out: dict[int, float] = {}
         for i, pos, which in self.segments.locate(wanted):
-            sims = self.segments.parts[i].matrix[pos] @ query.astype(np.float32)
+            sims = self.segments.parts[i].matrix[pos].astype(np.float32) @ query.astype(np.float32)
             out.update(zip(wanted[which].tolist(), sims.tolist()))
         return out
 
     def advanced(self, key: tuple[int, int], changed: np.ndarray, fresh: Vectors) -> "DenseSnapshot":
+        if self.ann is not None:
+            self.ann.follow(changed, fresh)
         return DenseSnapshot(self.project, key, self.segments.without(changed).plus(fresh, merge_vectors),
-                             self.dim or fresh.matrix.shape[1])
+                             self.dim or fresh.matrix.shape[1], self.ann)
 
 
 @cache
@@ -116,11 +138,14 @@ def single_threaded_blas() -> None:
 class DenseIndex:
     """Hands out the current dense snapshot of a project, catching up with writes and new vectors."""
 
-    def __init__(self, store: Store, embedder: Embedder, max_bytes: int | None = INDEX_MEMORY) -> None:
+    def __init__(self, store: Store, embedder: Embedder, max_bytes: int | None = INDEX_MEMORY,
+                 ann_min_units: int = ANN_MIN_UNITS) -> None:
         single_threaded_blas()
         self.store = store
         self.embedder = embedder
         self.vectors = store.vectors(embedder.identity)
+        self.ann_min_units = ann_min_units
+        self._graphs = Path(store.index_dir) / "dense" if store.index_dir else None
         self._snapshots: SnapshotCache[DenseSnapshot] = SnapshotCache(
             lambda project: (store.generation(project), self.vectors.generation(project)),
             lambda snap: snap.key, self._advance, lambda snap: snap.segments.nbytes, max_bytes)
@@ -136,11 +161,37 @@ class DenseIndex:
     def _advance(self, project: str, snap: DenseSnapshot | None) -> DenseSnapshot:
         found = self.vectors.changes_since(project, snap.key) if snap is not None else None
         if snap is None or found is None or len(found[1]) > max(WINDOW, snap.segments.live // 2):
-            key, parts = self.vectors.load(project)
-            return DenseSnapshot(project, key, Segments(tuple(parts), (None,) * len(parts)), self.embedder.dim)
+            return self._load(project)
         key, changed, fresh = found
-        return snap.advanced(key, changed, fresh or Vectors(np.zeros(0, np.int64),
-                                                              np.zeros((0, self.embedder.dim), np.float32)))
+        snap = snap.advanced(key, changed, fresh or Vectors(np.zeros(0, np.int64),
+                                                            np.zeros((0, self.embedder.dim), np.float32)))
+        if snap.ann is None and snap.segments.live >= self.ann_min_units:  # grown past the threshold
+            snap = replace(snap, ann=self._start_graph(project, key, snap.segments))
+        return snap
+
+    def _load(self, project: str) -> DenseSnapshot:
+        key, parts = self.vectors.load(project)
+        live = sum(len(p.ids) for p in parts)
+        if live >= self.ann_min_units:
+            for i, p in enumerate(parts):  # one part at a time: the float32 copy is never whole twice
+                parts[i] = Vectors(p.ids, p.matrix.astype(np.float16))
+        segments = Segments(tuple(parts), (None,) * len(parts))
+        ann = self._start_graph(project, key, segments) if live >= self.ann_min_units else None
+        return DenseSnapshot(project, key, segments, self.embedder.dim, ann)
+
+    def _start_graph(self, project: str, key: tuple[int, int], segments: Segments[Vectors]) -> ProjectAnn:
+        """A graph for the snapshot at `key`, built (or loaded) in the background; the exact
+        product answers until it is ready."""
+        name = hashlib.sha256(f"{project}\0{self.embedder.identity}".encode()).hexdigest()[:24] + ".usearch"
+        ann = ProjectAnn(project, self.embedder.dim, self._graphs / name if self._graphs else None)
+        threading.Thread(target=ann.build, args=(key, segments.parts, segments.dead,
+                                                 lambda since: self.vectors.changes_since(project, since)),
+                         name=f"agentmemrec-ann-{project}", daemon=True).start()
+        return ann
+
+    def graph(self, project: str) -> ProjectAnn | None:
+        """The project's graph (None below ANN_MIN_UNITS), for benchmarks that wait for it."""
+        return self.snapshot(project).ann
 
 
 class DenseChannel:

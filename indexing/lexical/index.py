@@ -30,7 +30,7 @@ from agentmemrec.indexing.lexical.postings import (
     LexicalHit,
     Postings,
     bm25_idf,
-    bm25_tf,
+    bm25_norm,
     build_postings,
     merge_postings,
     tokenize,
@@ -78,16 +78,22 @@ class LexicalSnapshot:
         out = np.zeros(int(segs.offsets()[-1]), dtype=np.float32)
         n = segs.live
         if n:
-            avg, starts = self.total_length / n, segs.offsets()
+            starts, norms = segs.offsets(), self._norms
             for term, count in self._terms(query).items():
                 hits = [self._live_postings(i, term) for i in range(len(segs.parts))]
                 idf = count * bm25_idf(sum(len(d) for d, _ in hits), n)
                 for i, (docs, tfs) in enumerate(hits):
                     if len(docs):
-                        tf = bm25_tf(tfs, segs.parts[i].lengths[docs], avg, BM25_PARAMS["k1"], BM25_PARAMS["b"])
-                        out[starts[i] + docs] += (idf * tf).astype(np.float32)
+                        out[starts[i] + docs] += (idf * (tfs / (norms[i][docs] + tfs))).astype(np.float32)
         self._last[0] = (query, out)
         return out
+
+    @cached_property
+    def _norms(self) -> list[np.ndarray]:
+        """Per part, each document's length normalisation: once per snapshot, not per posting
+        and query (it was a third of a 1,000,000-unit BM25 search)."""
+        avg = self.total_length / max(self.segments.live, 1)
+        return [bm25_norm(p.lengths, avg, BM25_PARAMS["k1"], BM25_PARAMS["b"]) for p in self.segments.parts]
 
     def _live_postings(self, i: int, term: int) -> tuple[np.ndarray, np.ndarray]:
         docs, tfs = self.segments.parts[i].postings(term)

@@ -42,9 +42,10 @@ def bm25_idf(df: int, n: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def bm25_tf(tf: np.ndarray, length: np.ndarray, avg_length: float, k1: float, b: float) -> np.ndarray:
-    """The saturated, length-normalised term frequency of BM25 (Robertson et al.)."""
-    return tf / (k1 * (1 - b + b * length / avg_length) + tf)
+def bm25_norm(length: np.ndarray, avg_length: float, k1: float, b: float) -> np.ndarray:
+    """BM25's length normalisation, k1 (1 - b + b len / avg): the saturated term frequency of
+    BM25 (Robertson et al.) is tf / (norm + tf)."""
+    return k1 * (1 - b + b * length / avg_length)
 
 
 @dataclass(frozen=True)
