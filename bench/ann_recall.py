@@ -5,9 +5,9 @@
 The stored vectors are real: every turn of LongMemEval-S and LoCoMo (../shared/data) embedded by
 the default CPU embedder (bge-small-en-v1.5, int8), through an embedding cache under --home, so
 a second run does not pay for the model. The queries are the datasets' questions, embedded by the
-same model. Sizes: the real vectors alone (about 86,000), and 1,000,000 made from them: each real
-vector and jittered copies of it (Gaussian noise of norm --jitter, normalised again), which keeps
-the clusters real text forms; the store_growth benchmark's stand-in vectors are random, and a
+same model. Sizes: the real vectors alone (74,866), and --sizes made from them (100,000 and
+1,000,000): the real vectors and jittered copies of them (Gaussian noise of norm --jitter,
+normalised again), which keeps the clusters real text forms; the store_growth benchmark's stand-in vectors are random, and a
 graph over random points says nothing about one over embeddings.
 
 For each size the graph is built by the product's code (`ProjectAnn.build`, the parameters it
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=Path("../shared/data"))
     p.add_argument("--home", type=Path, default=Path.home() / ".cache" / "agentmemrec-bench" / "ann")
-    p.add_argument("--large", type=int, default=1_000_000, help="the jittered size (0: real vectors only)")
+    p.add_argument("--sizes", default="100000,1000000", help="jittered sizes, comma-separated ('': none)")
     p.add_argument("--jitter", type=float, default=0.5, help="norm of the noise added to a copy")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--json", type=Path)
@@ -132,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     queries = load_embedder(args.home).embed(picked)
     result: dict[str, Any] = {"command": "python bench/ann_recall.py " + " ".join(sys.argv[1:] if argv is None else argv),
                               "depth": DEPTH, "expansion_search": EXPANSION_SEARCH, "jitter": args.jitter, "sizes": {}}
-    for name, matrix in (("real", real), *([("jittered", jittered(real, args.large, args.jitter))] if args.large else [])):
-        log(f"{name}: {len(matrix):,} vectors")
-        result["sizes"][name] = measure(matrix, queries)
+    for size in [len(real), *(int(n) for n in args.sizes.split(",") if n)]:
+        name = "real" if size == len(real) else f"jittered-{size}"
+        log(f"{name}: {size:,} vectors")
+        result["sizes"][name] = measure(real if size == len(real) else jittered(real, size, args.jitter), queries)
         log(f"  {result['sizes'][name]}")
     if args.json:
         write_result(args.json, result)

@@ -522,7 +522,7 @@ def pgvector_hnsw(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
 @kind("dense-graph")
 def dense_graph(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     """bench/ann_recall.py: the dense graph against the exact product, on real and jittered vectors."""
-    rows = [[{"real": "real", "jittered": f"real + jittered copies (noise {doc['jitter']})"}[name], num(r["vectors"]),
+    rows = [["real" if name == "real" else f"real + jittered copies (noise {doc['jitter']})", num(r["vectors"]),
              f"{pct(r['recall_at_512'])} ({pct(r['recall_at_512_p5'])})", pct(r["recall_at_100"]),
              num(r["graph_search_p50_ms"], 1), num(r["exact_p50_ms"], 1), f"{r['build_s']:.0f} s",
              f"{num(r['graph_mib'])} MiB"]
