@@ -187,7 +187,10 @@ def dense_graph(memory: Memory, fresh: bool) -> dict[str, Any] | None:
     if graph is None:
         return None
     graph.ready.wait()
-    return {"source": graph.source, "seconds": round(time.perf_counter() - t0, 1)}
+    out = {"source": graph.source, "seconds": round(time.perf_counter() - t0, 1)}
+    again = DenseIndex(memory.store, memory.dense.embedder).graph("main")  # as a restarted server would
+    again.ready.wait()
+    return {**out, "reloaded": again.source, "reload_s": again.build_s}
 
 
 def variants(memory: Memory, other_pool: int | None, depths: Sequence[int] = ()) -> dict[str, Memory]:

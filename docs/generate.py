@@ -245,7 +245,10 @@ def growth_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
 
 
 def graph_built(graph: dict[str, Any] | None) -> str:
-    return "none: exact product" if graph is None else f"{graph['source']} in {graph['seconds']:.0f} s"
+    if graph is None:
+        return "none: exact product"
+    again = f", {graph['reloaded']} in {graph['reload_s']:.1f} s at a restart" if "reload_s" in graph else ""
+    return f"{graph['source']} in {graph['seconds']:.0f} s{again}"
 
 
 @kind("growth-resources")
@@ -524,11 +527,12 @@ def dense_graph(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list
     """bench/ann_recall.py: the dense graph against the exact product, on real and jittered vectors."""
     rows = [["real" if name == "real" else f"real + jittered copies (noise {doc['jitter']})", num(r["vectors"]),
              f"{pct(r['recall_at_512'])} ({pct(r['recall_at_512_p5'])})", pct(r["recall_at_100"]),
-             num(r["graph_search_p50_ms"], 1), num(r["exact_p50_ms"], 1), f"{r['build_s']:.0f} s",
+             num(r["graph_search_p50_ms"], 1), num(r["exact_p50_ms"], 1), num(r.get("exact_float16_p50_ms"), 1),
+             f"{r['build_s']:.0f} s",
              f"{num(r['graph_mib'])} MiB"]
             for doc in docs for name, r in doc["sizes"].items()]
     head = ["vectors", "units", "recall@512 (5th percentile)", "recall@100", f"graph p50 ms (top {docs[0]['depth']:,})",
-            "exact p50 ms", "build", "graph in memory"]
+            "exact p50 ms", "exact over float16 rows p50 ms", "build", "graph in memory"]
     return grid(head, rows) + [sources(paths, [f"{d['machine']['cpus']} CPUs, load average "
                                                f"{d['machine']['load_1m_end']} at the end" for d in docs])]
 
