@@ -180,7 +180,7 @@ def dense_graph(memory: Memory, fresh: bool) -> dict[str, Any] | None:
     if memory.dense is None:
         return None
     if fresh:
-        for saved in (Path(memory.store.path).parent / "index" / "dense").glob("*"):
+        for saved in (memory.store.index_dir / "dense").glob("*"):  # where DenseIndex saves graphs
             saved.unlink()
     t0 = time.perf_counter()
     graph = memory.dense.graph("main")

@@ -171,12 +171,12 @@ class DenseIndex:
 
     def _load(self, project: str) -> DenseSnapshot:
         key, parts = self.vectors.load(project)
-        live = sum(len(p.ids) for p in parts)
-        if live >= self.ann_min_units:
+        large = sum(len(p.ids) for p in parts) >= self.ann_min_units
+        if large:
             for i, p in enumerate(parts):  # one part at a time: the float32 copy is never whole twice
                 parts[i] = Vectors(p.ids, p.matrix.astype(np.float16))
         segments = Segments(tuple(parts), (None,) * len(parts))
-        ann = self._start_graph(project, key, segments) if live >= self.ann_min_units else None
+        ann = self._start_graph(project, key, segments) if large else None
         return DenseSnapshot(project, key, segments, self.embedder.dim, ann)
 
     def _start_graph(self, project: str, key: tuple[int, int], segments: Segments[Vectors]) -> ProjectAnn:

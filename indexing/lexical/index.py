@@ -91,7 +91,7 @@ class LexicalSnapshot:
     @cached_property
     def _norms(self) -> list[np.ndarray]:
         """Per part, each document's length normalisation: once per snapshot, not per posting
-        and query (it was a third of a 1,000,000-unit BM25 search)."""
+        and query."""
         avg = self.total_length / max(self.segments.live, 1)
         return [bm25_norm(p.lengths, avg, BM25_PARAMS["k1"], BM25_PARAMS["b"]) for p in self.segments.parts]
 
