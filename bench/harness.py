@@ -41,9 +41,11 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def time_each(fn: Callable[[Any], Any], args: list[Any], budget_s: float | None = None,
-              at_least: int = 1, cpu: list[float] | None = None) -> list[float]:
+              at_least: int = 1, cpu: list[float] | None = None,
+              between: Callable[[], Any] | None = None) -> list[float]:
     """Seconds for fn(arg) over the args; stops early (after `at_least`) once `budget_s` is spent.
-    With `cpu`, the process's CPU seconds for each call are appended to it (all threads)."""
+    With `cpu`, the process's CPU seconds for each call are appended to it (all threads).
+    `between` runs after each call, untimed (what the process does before the next request)."""
     out: list[float] = []
     start = time.perf_counter()
     for arg in args:
@@ -51,6 +53,8 @@ def time_each(fn: Callable[[Any], Any], args: list[Any], budget_s: float | None 
         out.append(timed(lambda: fn(arg)))
         if cpu is not None:
             cpu.append(time.process_time() - c0)
+        if between is not None:
+            between()
         if budget_s is not None and len(out) >= at_least and time.perf_counter() - start > budget_s:
             break
     return out

@@ -7,13 +7,13 @@ import sys
 import threading
 from collections import OrderedDict
 from functools import wraps
-from typing import Callable, Generic, Hashable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 T = TypeVar("T")
 ENTRY_BYTES = 100  # what an entry costs beyond its key and value (dict slot, ordering, tuple)
-_MEMOS: list["SizedLRU[str, object]"] = []  # every memo_by_text cache, for memo_bytes()
+_MEMOS: list["SizedLRU[Any, object]"] = []  # every memo cache (memo_by_text, `memo`), for memo_bytes()
 
 
 class SizedLRU(Generic[K, V]):
@@ -37,12 +37,16 @@ class SizedLRU(Generic[K, V]):
         return iter(list(self._entries))
 
     def get(self, key: K, default: V | None = None) -> V | None:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return default
+        # No lock: a lookup and a move to the end are each atomic, and a hit that `put` evicts
+        # in between is still returned (a read path takes thousands of these per recall).
+        found = self._entries.get(key)
+        if found is None:
+            return default
+        try:
             self._entries.move_to_end(key)
-            return found[0]
+        except KeyError:
+            pass
+        return found[0]
 
     def put(self, key: K, value: V) -> None:
         size = self._size_of(key, value) + ENTRY_BYTES
@@ -88,6 +92,13 @@ def memo_by_text(max_bytes: int, weight: int = 1) -> Callable[[Callable[[str], T
             return found  # type: ignore[return-value]
         return cached
     return decorate
+
+
+def memo(max_bytes: int, size_of: Callable[[K, V], int]) -> SizedLRU[K, V]:
+    """A SizedLRU counted by `memo_bytes`: for memos keyed by something else than a text."""
+    cache: SizedLRU[K, V] = SizedLRU(max_bytes, size_of)
+    _MEMOS.append(cache)  # type: ignore[arg-type]
+    return cache
 
 
 def memo_bytes() -> int:

@@ -4,6 +4,7 @@ score in each channel, for the ranker's features and for `explain_selection`."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
@@ -16,6 +17,9 @@ RRF_K = 60
 # candidates, 91.6% at 256, 99.2% at 512 and 100% at 768; the learned ranker can only use what
 # the pool holds, and ranking 512 candidates stays cheap for LightGBM (README, Evaluation).
 DEFAULT_POOL = 512
+# The channels search side by side: the dense one spends most of its time embedding the query in
+# ONNX Runtime, which releases the GIL while BM25 scores its postings.
+_SEARCHES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="channel")
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,9 @@ def generate_pool(channels: Sequence[Channel], project: str, query: str, pool_si
                   rrf_k: int = RRF_K) -> Pool:
     """Run every channel to `depth` (default twice the pool), fuse and keep the top `pool_size`."""
     depth = depth or 2 * pool_size
-    runs = {ch.name: ch.search(project, query, depth, exclude) for ch in channels}
+    others = [_SEARCHES.submit(ch.search, project, query, depth, exclude) for ch in channels[1:]]
+    first = [channels[0].search(project, query, depth, exclude)] if channels else []
+    runs = {ch.name: hits for ch, hits in zip(channels, first + [f.result() for f in others])}
     kept, cut_off = fuse(runs, pool_size, rrf_k)
     units = load_units(project, [uid for uid, _, _ in kept])
     candidates = tuple(Candidate(units[uid], i, chans, fused)

@@ -138,10 +138,23 @@ def stem(word: str) -> str:
 TEXT_CACHE_BYTES = 32 << 20
 
 
-@memo_by_text(TEXT_CACHE_BYTES, weight=2)
 def content_terms(text: str) -> frozenset[str]:
     """Stemmed words of three letters or more that are not stopwords."""
     return frozenset(stem(w) for w in WORD_RE.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS)
+
+
+@memo_by_text(TEXT_CACHE_BYTES, weight=2)
+def text_facts(text: str) -> tuple[frozenset[str], bool]:
+    """What the features read of a unit's text alone: its content terms, and whether it dates
+    something (a turn that does is what "when" questions need)."""
+    return content_terms(text), TIME_CUE_RE.search(text) is not None
+
+
+def warm_text_features(units: Iterable[Unit]) -> None:
+    """Work out the units' text features now (a warm start), not at the first recall that meets
+    them; their cache keeps what fits."""
+    for u in units:
+        text_facts(u.text)
 
 
 class Rows:
@@ -152,6 +165,7 @@ class Rows:
         self.units = [c.unit for c in pool]
         self.ids = [u.id for u in self.units]
         self.found = [ctx.neighbours.get(i) for i in self.ids]  # (prev, next, position) or None
+        self.text_facts = [text_facts(u.text) for u in self.units]
 
 
 def _column(values: Iterable[float]) -> np.ndarray:
@@ -259,12 +273,7 @@ def is_question(rows: Rows, ctx: QueryContext) -> np.ndarray:
 
 
 def time_cue(rows: Rows, ctx: QueryContext) -> np.ndarray:
-    return _column(float(_dates_something(u.text)) for u in rows.units)
-
-
-@memo_by_text(TEXT_CACHE_BYTES)
-def _dates_something(text: str) -> bool:
-    return TIME_CUE_RE.search(text) is not None
+    return _column(float(dates) for _, dates in rows.text_facts)
 
 
 def term_overlap(rows: Rows, ctx: QueryContext) -> np.ndarray:
@@ -273,7 +282,7 @@ def term_overlap(rows: Rows, ctx: QueryContext) -> np.ndarray:
     terms = ctx.query_terms
     if not terms:
         return _missing(rows)
-    return _column(len(terms & content_terms(u.text)) / len(terms) for u in rows.units)
+    return _column(len(terms & words) / len(terms) for words, _ in rows.text_facts)
 
 
 # ---- the question ---------------------------------------------------------------------------

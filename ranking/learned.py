@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from datetime import datetime, timezone
@@ -38,7 +39,10 @@ FORMAT = 2  # 2: a list of boosters ("models"), averaged
 SHIPPED = ("cpu-ranker.json", "embedder-ranker.json", "lexical-ranker.json")
 RETRAIN = ("agentmemrec train locomo DATA --also longmemeval DATA --out my-ranker.json, then serve with "
            "--ranker-model my-ranker.json (docs/ranker.md)")
-PREDICT_THREADS = 1  # a pool is ~128 rows: worker threads cost more than they save, most on a busy machine
+# LightGBM's threads pay from a few hundred rows (the default pool of 512: 6 ms against 12 on two
+# cores); below, starting them costs more than they save, most on a busy machine
+THREADS_FROM_ROWS = 256
+ROW_NAMES = (*FEATURE_NAMES, "cross_encoder")  # a ranked candidate's features, with the raw logit
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class RankerModel:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The mean of the boosters' scores: one LightGBM model's ranking varies by about a point of
         slate completeness with its seed; the average varies less and ranks better."""
-        return np.mean([b.predict(x, num_threads=PREDICT_THREADS) for b in self.boosters], axis=0)
+        threads = _threads(len(x))
+        return np.mean([b.predict(x, num_threads=threads) for b in self.boosters], axis=0)
 
     @cached_property
     def strength(self) -> StrengthModel | None:
@@ -58,7 +63,7 @@ class RankerModel:
 
     def contributions(self, x: np.ndarray) -> np.ndarray:
         """Per-feature contributions to `predict` (SHAP values are additive, so they average too)."""
-        return np.mean([b.predict(x, pred_contrib=True, num_threads=PREDICT_THREADS)[:, :-1]
+        return np.mean([b.predict(x, pred_contrib=True, num_threads=_threads(len(x)))[:, :-1]
                         for b in self.boosters], axis=0)
 
     def save(self, path: Path) -> None:
@@ -176,12 +181,12 @@ class LearnedRanker:
         model = model or self.model
         scores = (model.predict(x) if model is not None
                   else -np.array([c.pool_rank for c in candidates], dtype=float))
-        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].pool_rank))
-        rows = x.tolist()
-        cross = cross or {}
-        return in_order([(candidates[i], float(scores[i])) for i in order],
-                        [{**dict(zip(FEATURE_NAMES, rows[i])), "cross_encoder": cross.get(candidates[i].unit.id)}
-                         for i in order])
+        order = np.lexsort((np.fromiter((c.pool_rank for c in candidates), np.int64, len(candidates)), -scores))
+        rows, cross = x.tolist(), cross or {}
+        for row, c in zip(rows, candidates):
+            row.append(cross.get(c.unit.id))
+        return in_order([(candidates[i], float(scores[i])) for i in order.tolist()],
+                        [dict(zip(ROW_NAMES, rows[i])) for i in order.tolist()])
 
     def strength(self, ranked: Sequence[ScoredCandidate]) -> float | None:
         """The model file's evidence strength for this ranking; None without a model or a fitted one."""
@@ -199,6 +204,10 @@ class LearnedRanker:
             best = np.argsort(-row)[:n]
             out.append([(FEATURE_NAMES[j], round(float(row[j]), 4)) for j in best if row[j] > 0])
         return out
+
+
+def _threads(rows: int) -> int:
+    return min(os.cpu_count() or 1, 4) if rows >= THREADS_FROM_ROWS else 1
 
 
 def _weights(identity: str | None) -> str | None:

@@ -35,10 +35,10 @@ from agentmemrec.indexing.units import (
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from agentmemrec.ranking.explanation import pack_pool, unpack
-from agentmemrec.ranking.features import FEATURE_NAMES
+from agentmemrec.ranking.features import FEATURE_NAMES, warm_text_features
 from agentmemrec.ranking.loading import open_models
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
-from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate
+from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, warm_item_tokens
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,8 @@ class Memory:
         size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
         pool = generate_pool(self.channels, project, query, size, excluded,
                              self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
-        sessions = self.sessions.around(project, (c.unit.session for c in pool.candidates))
+        units = [c.unit for c in pool.candidates]
+        sessions = self.sessions.around(project, (u.session for u in units), units)
         context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
         ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
         return Selection(project, query, as_of, pool, ranked, excluded,
@@ -239,9 +240,14 @@ class Memory:
         return build(selection, budget, self.slates.instance)
 
     def warm(self, project: str) -> None:
-        """Build every derived index of a project now rather than at the first recall."""
+        """Build every derived index of a project now rather than at the first recall, and read
+        its newest units and its sessions' order while they fit their caches."""
         for channel in self.channels:
             channel.search(project, "warm", 1, set())
+        units = self.store.warm_units(project)
+        warm_text_features(units)
+        warm_item_tokens(units)
+        self.sessions.prime(project)
 
     def _slate_inputs(self, project: str, ranked: Sequence[ScoredCandidate], excluded: set[int],
                       sessions: SessionSnapshot) -> SlateInputs:

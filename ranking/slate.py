@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Mapping, Sequence
+from typing import Iterable, Literal, Mapping, Sequence
 
-from agentmemrec.indexing.lru import memo_by_text
+from agentmemrec.indexing.lru import memo, memo_by_text, text_size
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.ranker import ScoredCandidate
@@ -188,6 +188,29 @@ def piece_tokens(text: str) -> int:
     return count_tokens(text)
 
 
+# An item line's tokens by unit: a turn's or a note's line is its unit's alone, and a unit read
+# from the store's cache is the same object from one recall to the next (a new row is a new one).
+_ITEM_TOKENS = memo(16 << 20, lambda _, entry: text_size(entry[0].text) + 200)
+
+
+def item_tokens(unit: Unit, inputs: SlateInputs) -> int:
+    if unit.kind == "decision":  # its line shows its status and successors: the rendered line is the key
+        return piece_tokens(render_item(unit, inputs) + "\n")
+    found = _ITEM_TOKENS.get(unit.id)
+    if found is not None and found[0] is unit:
+        return found[1]
+    tokens = count_tokens(render_item(unit, inputs) + "\n")
+    _ITEM_TOKENS.put(unit.id, (unit, tokens))
+    return tokens
+
+
+def warm_item_tokens(units: Iterable[Unit]) -> None:
+    """Count the units' item lines now (a warm start), not at the first slate that meets them."""
+    for unit in units:
+        if unit.kind != "decision":
+            item_tokens(unit, SlateInputs({}, {}))  # a turn's or a note's line reads no inputs
+
+
 class _Costs:
     """Each unit's section and rendered size, worked out once per slate: the walk meets every
     candidate of the ranking, and the ones skipped over budget are asked about twice."""
@@ -203,7 +226,7 @@ class _Costs:
             key = section(unit, self.inputs)
             if key not in self._headers:
                 self._headers[key] = piece_tokens(header(key) + "\n")
-            found = self._items[unit.id] = key, piece_tokens(render_item(unit, self.inputs) + "\n")
+            found = self._items[unit.id] = key, item_tokens(unit, self.inputs)
         return found
 
     def group(self, group: Sequence[Unit], open_sections: set[tuple]) -> tuple[int, set[tuple]]:

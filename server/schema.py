@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from agentmemrec.indexing.units import KINDS, MAX_BATCH, MAX_FIELD_CHARS, MAX_TEXT_BYTES
 from agentmemrec.ranking.memory import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
@@ -89,7 +89,19 @@ class RememberResult(BaseModel):
     items: list[StoredItem]
 
 
+def _flat(schema: dict[str, Any], _: Any = None) -> None:
+    """An optional field as `"type": [T, "null"]` rather than an anyOf of two schemas: the same
+    contract, which a client's validator checks in one step for each field of each item."""
+    for prop in schema.get("properties", {}).values():
+        alts = prop.get("anyOf")
+        if alts and len(alts) == 2 and {"type": "null"} in alts and all(set(a) == {"type"} for a in alts):
+            del prop["anyOf"]
+            prop["type"] = [next(a["type"] for a in alts if a["type"] != "null"), "null"]
+
+
 class SlateItemOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra=_flat)
+
     id: int
     ref: str | None
     kind: str
@@ -103,11 +115,17 @@ class SlateItemOut(BaseModel):
                                          "with the decision it supersedes")
 
 
+# written out in the slate's schema, not a $ref that a validator resolves again for every item
+_ITEMS = WithJsonSchema({"type": "array", "title": "Items", "items": SlateItemOut.model_json_schema()})
+
+
 class SlateResult(BaseModel):
+    model_config = ConfigDict(json_schema_extra=_flat)
+
     slate_id: str
     project: str
     context: str = Field(description="The rendered slate to read")
-    items: list[SlateItemOut]
+    items: Annotated[list[SlateItemOut], _ITEMS]
     tokens_used: int
     budget_tokens: int
     evidence_strength: float | None = Field(

@@ -12,9 +12,11 @@ from typing import Iterable
 
 from agentmemrec.indexing.store.generations import CarriedCache
 from agentmemrec.indexing.store.protocol import Store
+from agentmemrec.indexing.units import Unit
 
 Neighbours = dict[int, tuple[int | None, int | None, float]]  # id -> (previous, next, position 0..1)
 SESSIONS_CACHE_BYTES = 32 << 20  # per project: a session's order weighs what its members do
+MEMBER_BYTES = 250
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,16 @@ class SessionIndex:
         self.store = store
         self._orders: CarriedCache[str, _Order] = CarriedCache(
             store.generation, store.changed_between, self._carry,
-            lambda name, order: sys.getsizeof(name) + 250 * len(order.neighbours), SESSIONS_CACHE_BYTES)
+            lambda name, order: sys.getsizeof(name) + MEMBER_BYTES * len(order.neighbours), SESSIONS_CACHE_BYTES)
 
     @property
     def cached_bytes(self) -> int:
         return self._orders.nbytes
 
-    def around(self, project: str, sessions: Iterable[str | None]) -> SessionSnapshot:
-        """The order of every unit in the named sessions (units without a session have none)."""
+    def around(self, project: str, sessions: Iterable[str | None],
+               units: Iterable[Unit] | None = None) -> SessionSnapshot:
+        """The order of every unit in the named sessions (units without a session have none);
+        with `units`, the neighbours of those units only (a pool's, not its sessions' whole)."""
         names = sorted({s for s in sessions if s})
         cached = self._orders.current(project)
         orders = {n: order for n in names if (order := cached.get(n)) is not None}
@@ -50,14 +54,19 @@ class SessionIndex:
             fetched = self._read(project, missing)
             cached.update(fetched)  # kept while they fit; this query reads them from here
             orders.update(fetched)
-        neighbours: Neighbours = {}
-        starts: dict[str, datetime] = {}
-        for name in names:
-            order = orders.get(name)
-            if order is not None:
-                neighbours.update(order.neighbours)
-                starts[name] = order.start
+        starts = {name: order.start for name, order in orders.items()}
+        if units is None:
+            neighbours: Neighbours = {uid: found for order in orders.values() for uid, found in order.neighbours.items()}
+        else:
+            neighbours = {u.id: found for u in units
+                          if u.session in orders and (found := orders[u.session].neighbours.get(u.id)) is not None}
         return SessionSnapshot(neighbours, starts)
+
+    def prime(self, project: str) -> None:
+        """Read every session of a project whose orders all fit the cache: a warm start then
+        reads no session at a recall."""
+        if self.store.count_units(project) * MEMBER_BYTES <= SESSIONS_CACHE_BYTES:
+            self._orders.current(project).update(self._read(project, None))
 
     def _carry(self, project: str, orders: dict[str, _Order], changed: set[int]) -> dict[str, _Order]:
         """After a write: the sessions neither the changed units were nor now are in."""
@@ -65,7 +74,7 @@ class SessionIndex:
         return {name: order for name, order in orders.items()
                 if name not in now_in and changed.isdisjoint(order.neighbours)}
 
-    def _read(self, project: str, names: list[str]) -> dict[str, _Order]:
+    def _read(self, project: str, names: list[str] | None) -> dict[str, _Order]:
         rows = self.store.session_rows(project, names)
         out: dict[str, _Order] = {}
         start = 0

@@ -59,6 +59,7 @@ class SlateLog:
         self._thread: threading.Thread | None = None
         self._instance: str | None = None
         self._recording = threading.Lock()
+        self._flushing = threading.Lock()
 
     @property
     def instance(self) -> str:
@@ -116,17 +117,20 @@ class SlateLog:
         return resolved
 
     def flush(self) -> None:
-        with self._lock:
-            ids = list(self._pending)
-        batch = {i: entry for i in ids if (entry := self._resolved(i)) is not None}
-        if not batch:
-            return
-        self.store.save_slates([(i, project, at, json.dumps(payload)) for i, (project, at, payload) in batch.items()],
-                               KEEP_SLATES)
-        with self._lock:
-            for slate_id in batch:
-                self._pending.pop(slate_id, None)
-            self._drained.notify_all()
+        """Store what is queued now; one flush at a time (the writer's, or a caller's that waits
+        for it), so nothing is stored twice."""
+        with self._flushing:
+            with self._lock:
+                ids = list(self._pending)
+            batch = {i: entry for i in ids if (entry := self._resolved(i)) is not None}
+            if not batch:
+                return
+            self.store.save_slates([(i, project, at, json.dumps(payload))
+                                    for i, (project, at, payload) in batch.items()], KEEP_SLATES)
+            with self._lock:
+                for slate_id in batch:
+                    self._pending.pop(slate_id, None)
+                self._drained.notify_all()
 
     def _run(self) -> None:
         while not self._closed:

@@ -19,13 +19,14 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from agentmemrec.indexing.errors import InputError
-from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, row_to_unit, scan_units
+from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, generation_and_log, row_to_unit, scan_units
 from agentmemrec.indexing.store.generations import CarriedCache, Generations
 from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
 from agentmemrec.indexing.store.writes import Prepared, resolve_all, write_batch
 from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash
 
 UNIT_CACHE_BYTES = 64 << 20  # per project: units weigh what their text does, up to 128 KiB each
+WARM_UNITS = 50_000  # read at most this many at a warm start (about half the cache, at a typical 650 bytes)
 
 
 def _unit_size(_: int, unit: Unit) -> int:
@@ -218,6 +219,25 @@ class SqlStore(ABC):
             found.update(fetched)
         return found
 
+    def warm_units(self, project: str) -> list[Unit]:
+        """Read a project's newest units into the unit cache, until it is half full or holds them
+        all: a pool's units are then found there from the first recall on. Returns them."""
+        with self.reading() as cur:
+            generation, _ = generation_and_log(cur, project)
+            rows = cur.execute(f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? ORDER BY id DESC LIMIT ?",
+                               [project, WARM_UNITS]).fetchall()
+        if generation != self.generation(project):  # a write came since: the cache fills as recalls go
+            return []
+        cache, weight, warmed = self._units.current(project), 0, []
+        for row in rows:
+            unit = row_to_unit(row)
+            weight += _unit_size(unit.id, unit)
+            if weight > UNIT_CACHE_BYTES // 2:  # half: what recalls read keeps room
+                break
+            cache.put(unit.id, unit)
+            warmed.append(unit)
+        return warmed
+
     def _units_in(self, cur: Cursor | None, project: str, ids: list[int]) -> dict[int, Unit]:
         if not ids:
             return {}
@@ -270,11 +290,15 @@ class SqlStore(ABC):
             [project, path_prefix, *ref_prefixes])
         return [SourceRow(*row) for row in rows]
 
-    def session_rows(self, project: str, names: list[str]) -> list[tuple[int, str, datetime]]:
-        """(id, session, recorded_at) of every unit in the named sessions, in session order."""
+    def session_rows(self, project: str, names: list[str] | None) -> list[tuple[int, str, datetime]]:
+        """(id, session, recorded_at) of every unit in the named sessions (None: every session), in
+        session order."""
+        if names is None:
+            return self.fetch("SELECT id, session, recorded_at FROM units WHERE project = ? AND session IS NOT NULL "
+                              "ORDER BY session, recorded_at, seq, id", [project])
         return self.fetch(
             "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IN "
-            "(SELECT unnest(?::VARCHAR[])) ORDER BY session, recorded_at, seq", [project, names])
+            "(SELECT unnest(?::VARCHAR[])) ORDER BY session, recorded_at, seq, id", [project, names])
 
     def sessions_of(self, project: str, ids: set[int]) -> set[str]:
         if not ids:

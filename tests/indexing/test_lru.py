@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from agentmemrec.indexing.lru import SizedLRU, memo_bytes, text_size
-from agentmemrec.ranking import features
+from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking import features, slate
+from agentmemrec.ranking.slate import SlateInputs
 
 
 def big(i: int) -> str:
@@ -22,6 +26,7 @@ def test_a_cache_keeps_the_most_recent_entries_that_fit_its_bytes():
 
 def test_text_features_of_many_long_units_stay_within_their_budget():
     for i in range(600):  # 75 MiB of distinct 128 KiB texts
-        features.content_terms(big(i))
-        features._dates_something(big(i))
-    assert memo_bytes() <= 2 * features.TEXT_CACHE_BYTES + (16 << 20)
+        features.text_facts(big(i))
+        slate.item_tokens(Unit(id=i, project="p", kind="note", text=big(i), tokens=0, at=datetime(2024, 1, 1), seq=i),
+                          SlateInputs({}, {}))
+    assert memo_bytes() <= features.TEXT_CACHE_BYTES + (32 << 20)  # the item lines' and rendered lines' memos

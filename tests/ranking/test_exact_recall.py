@@ -9,13 +9,20 @@ import numpy as np
 import pytest
 from exact_fixture import AS_OF, QUERIES, open_memory, recall_record
 
+from agentmemrec.ranking.memory import Memory
+
 RECORDED = json.loads((Path(__file__).parent / "exact_recall.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+@pytest.fixture(scope="module", params=["cold", "warmed"])
+def records(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> list[dict]:
+    """Recalls on a fresh memory, and on one warmed as a server warms it at start (newest units,
+    their text features and item lines, session order read beforehand)."""
     memory = open_memory(tmp_path_factory.mktemp("exact"))
     try:
+        if request.param == "warmed":
+            memory = Memory(memory.store, memory.channels, memory.ranker, memory.config, memory.dense)
+            memory.warm("main")
         return [recall_record(memory, q) for q in QUERIES]
     finally:
         memory.close()

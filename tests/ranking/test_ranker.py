@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 from datetime import datetime
 
+import numpy as np
 import pytest
 from mcp import Client
 
@@ -286,3 +287,14 @@ def test_cross_validated_coding_eval_reports_the_strength_auroc(trained_coding, 
     [rec] = json.loads(out.read_text())["records"]
     assert 0.0 <= rec["evidence_strength_auroc"] <= 1.0 and rec["leaked_questions"] == []
     assert rec["unanswerable"]["questions"] == 26
+
+
+def test_threads_predict_what_one_thread_predicts():
+    """A pool from THREADS_FROM_ROWS rows is scored by LightGBM's threads: the same scores."""
+    from agentmemrec.ranking import learned
+    model = learned.RankerModel.shipped("embedder-ranker.json")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(learned.THREADS_FROM_ROWS + 44, len(F.FEATURE_NAMES)))
+    x[rng.random(x.shape) < 0.1] = np.nan
+    one = np.concatenate([model.predict(x[i:i + 100]) for i in range(0, len(x), 100)])  # one thread each
+    assert np.array_equal(model.predict(x), one)

@@ -108,3 +108,16 @@ def test_labels_leave_out_message_keys_and_keep_document_refs():
     lines = render("s_1", "p", units, SlateInputs({}, {})).splitlines()
     assert "[#8 adr-0005] decision (accepted, 2026-01-01): Events. Kafka for events" in lines
     assert "[#7] Ana: use port 9007" in lines and "## session 3f2b8c1e (2026-01-01 00:00)" in lines
+
+
+def test_a_rewritten_unit_is_priced_by_its_new_text():
+    """Item lines are counted once per unit as read from the store; a new row (the same id,
+    new text) is a new object, counted again."""
+    short = Unit(id=7, project="p", kind="turn", text="short", tokens=1, at=T0, seq=0, session="a", role="user")
+    long = Unit(id=7, project="p", kind="turn", text="a much longer text " * 40, tokens=160, at=T0, seq=0,
+                session="a", role="user")
+    inputs = inputs_of([short])
+    before = build_slate("s_x", "p", ranked_of([short]), 2700, inputs)
+    after = build_slate("s_x", "p", ranked_of([long]), 2700, inputs)
+    assert after.items[0].tokens == count_tokens(render("s_x", "p", [long], inputs).splitlines()[-1] + "\n")
+    assert after.items[0].tokens > before.items[0].tokens

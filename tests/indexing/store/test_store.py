@@ -172,6 +172,34 @@ def test_an_explanation_is_readable_at_once_and_after_a_restart(home, store_url)
     memory.close()
 
 
+def test_flushes_at_once_store_each_explanation_once(home, monkeypatch, caplog):
+    """The writer thread and a caller (close, a test, a benchmark) may flush together."""
+    import threading
+    import time
+    memory = Memory.open(home)
+    memory.remember("p", [{"kind": "turn", "text": "kafka partitions payment events"}])
+    save = memory.store.save_slates
+    monkeypatch.setattr(memory.store, "save_slates", lambda *a: (time.sleep(0.2), save(*a))[1])
+    ids = [memory.recall("p", f"kafka partitions {i}").slate_id for i in range(3)]
+    failed: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            memory.slates.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+    threads = [threading.Thread(target=flush) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failed == [] and "saving slate explanations failed" not in caplog.text
+    memory.close()
+    memory = Memory.open(home)
+    assert all(memory.explain(i, {"p"})["candidates"] for i in ids)
+    memory.close()
+
+
 @BOTH
 def test_a_batch_mixing_new_and_stored_content_stores_only_the_new(reopen):
     store = reopen()
@@ -214,6 +242,34 @@ def test_session_order_follows_a_turn_added_after_it_was_read(reopen):
     store.forget("p", [f"#{turns[1].ids[0]}"])
     gone = index.around("p", ["s1"]).neighbours
     assert turns[1].ids[0] not in gone and gone[turns[2].ids[0]] == (turns[0].ids[0], added.ids[0], 0.5)
+    store.close()
+
+
+@BOTH
+def test_a_warm_start_reads_sessions_and_the_newest_units_before_any_recall(reopen, monkeypatch):
+    from agentmemrec.indexing.store.sessions import SessionIndex
+    store = reopen()
+    turns = write(store, "p", *({"kind": "turn", "session": f"s{i % 2}", "text": f"turn {i}",
+                                 "at": f"2024-01-01T10:0{i}:00"} for i in range(5)))
+    write(store, "q", {"kind": "turn", "session": "s0", "text": "another project's turn"})
+    ids = [t.ids[0] for t in turns]
+    whole = SessionIndex(store).around("p", ["s0", "s1"]).neighbours
+    assert set(whole) == set(ids)
+    store.close()
+
+    store = reopen()  # a fresh process: nothing cached
+    warmed = store.warm_units("p")
+    assert [u.id for u in warmed] == sorted(ids, reverse=True)  # the newest first, no other project's
+    index = SessionIndex(store)
+    index.prime("p")
+    monkeypatch.setattr(store, "_units_in", lambda *a: pytest.fail("a warmed unit was read again"))
+    monkeypatch.setattr(store, "session_rows", lambda *a: pytest.fail("a primed session was read again"))
+    units = store.units("p", ids)
+    assert all(units[u.id] is u for u in warmed)
+    pool = [units[ids[0]], units[ids[3]]]
+    asked = index.around("p", ["s0", "s1"], pool)  # a pool's units: their neighbours only
+    assert asked.neighbours == {u.id: whole[u.id] for u in pool}
+    assert index.around("p", ["s0", "s1"]).neighbours == whole
     store.close()
 
 
