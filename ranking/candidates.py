@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -22,8 +22,7 @@ DEFAULT_POOL = 512
 _SEARCHES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="channel")
 
 
-@dataclass(frozen=True)
-class ChannelHit:
+class ChannelHit(NamedTuple):  # a tuple: a pool holds about a thousand, made per query
     rank: int  # 1-based within the channel
     score: float
 
@@ -76,11 +75,11 @@ def fuse(runs: Mapping[str, Sequence[Hit]], pool_size: int, k: int = RRF_K
     order = np.lexsort((units, best, -fused))
     by_channel = {name: {h.unit_id: h for h in hits} for name, hits in runs.items()}
     kept = []
-    for i in order[:pool_size]:
-        uid = int(units[i])
+    top = order[:pool_size]
+    for uid, score in zip(units[top].tolist(), fused[top].tolist()):
         chans = {name: ChannelHit(hit.rank, hit.score) for name, hits in by_channel.items()
                  if (hit := hits.get(uid)) is not None}
-        kept.append((uid, float(fused[i]), chans))
+        kept.append((uid, score, chans))
     beyond = set(units[order[pool_size:]].tolist())
     cut_off = {name: {uid: h.rank for uid, h in hits.items() if uid in beyond}
                for name, hits in by_channel.items()}

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -28,8 +28,7 @@ from agentmemrec.indexing.store.protocol import Store, Vectors
 from agentmemrec.indexing.store.vectors import WINDOW
 
 
-@dataclass(frozen=True)
-class DenseHit:
+class DenseHit(NamedTuple):  # a tuple: a search makes a thousand
     unit_id: int
     rank: int
     score: float
@@ -105,7 +104,7 @@ class DenseSnapshot:
         top = np.argpartition(-scores, k - 1)[:k]
         ids = self._row_ids
         top = top[np.lexsort((ids[top], -scores[top]))]
-        return [DenseHit(int(ids[p]), r, float(scores[p])) for r, p in enumerate(top, 1)]
+        return [DenseHit(i, r, s) for r, (i, s) in enumerate(zip(ids[top].tolist(), scores[top].tolist()), 1)]
 
     def lookup(self, query: np.ndarray, ids: list[int]) -> dict[int, float]:
         """Cosine similarity of the query with the given units that have a vector."""

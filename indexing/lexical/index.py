@@ -128,7 +128,7 @@ class LexicalSnapshot:
             positive = positive[scores[positive] >= kth]
         ids = self._row_ids
         order = positive[np.lexsort((ids[positive], -scores[positive]))][:k]
-        return [LexicalHit(int(ids[p]), r, float(scores[p])) for r, p in enumerate(order, 1)]
+        return [LexicalHit(i, r, s) for r, (i, s) in enumerate(zip(ids[order].tolist(), scores[order].tolist()), 1)]
 
     def score_units(self, query: str, ids: list[int]) -> dict[int, float]:
         """BM25 scores of given units (0 for a unit that shares no term with the query)."""
