@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import lightgbm as lgb
 import numpy as np
@@ -39,9 +41,13 @@ FORMAT = 2  # 2: a list of boosters ("models"), averaged
 SHIPPED = ("cpu-ranker.json", "embedder-ranker.json", "lexical-ranker.json")
 RETRAIN = ("agentmemrec train locomo DATA --also longmemeval DATA --out my-ranker.json, then serve with "
            "--ranker-model my-ranker.json (docs/ranker.md)")
-# LightGBM's threads pay from a few hundred rows (the default pool of 512: 6 ms against 12 on two
-# cores); below, starting them costs more than they save, most on a busy machine
+# From a few hundred rows (the default pool is 512) the boosters predict side by side, each on one
+# thread that takes the next when free: about half the time on two idle cores, and no slower than
+# one thread when another process holds a core. LightGBM's own threads split the rows evenly, so
+# they wait for the busy core and were slower than one thread then. Below, one after the other.
 THREADS_FROM_ROWS = 256
+_HELPERS = min(os.cpu_count() or 1, 4) - 1  # beside the calling thread
+_BOOSTERS = ThreadPoolExecutor(max_workers=max(_HELPERS, 1), thread_name_prefix="booster")
 ROW_NAMES = (*FEATURE_NAMES, "cross_encoder")  # a ranked candidate's features, with the raw logit
 
 
@@ -53,8 +59,7 @@ class RankerModel:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The mean of the boosters' scores: one LightGBM model's ranking varies by about a point of
         slate completeness with its seed; the average varies less and ranks better."""
-        threads = _threads(len(x))
-        return np.mean([b.predict(x, num_threads=threads) for b in self.boosters], axis=0)
+        return np.mean(self._each(lambda b: b.predict(x, num_threads=1), len(x)), axis=0)
 
     @cached_property
     def strength(self) -> StrengthModel | None:
@@ -63,8 +68,30 @@ class RankerModel:
 
     def contributions(self, x: np.ndarray) -> np.ndarray:
         """Per-feature contributions to `predict` (SHAP values are additive, so they average too)."""
-        return np.mean([b.predict(x, pred_contrib=True, num_threads=_threads(len(x)))[:, :-1]
-                        for b in self.boosters], axis=0)
+        return np.mean(self._each(lambda b: b.predict(x, pred_contrib=True, num_threads=1)[:, :-1], len(x)),
+                       axis=0)
+
+    def _each(self, fn: Callable[[lgb.Booster], np.ndarray], rows: int) -> list[np.ndarray]:
+        """fn of every booster, in booster order. From THREADS_FROM_ROWS rows the calling thread and
+        the pool's each take the next booster when free (LightGBM releases the GIL while it
+        predicts), so a thread on a busy core takes fewer."""
+        if rows < THREADS_FROM_ROWS or len(self.boosters) < 2 or _HELPERS == 0:
+            return [fn(b) for b in self.boosters]
+        out: list[np.ndarray | None] = [None] * len(self.boosters)
+        todo, lock = iter(range(len(self.boosters))), threading.Lock()
+
+        def work() -> None:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                out[i] = fn(self.boosters[i])
+        helpers = [_BOOSTERS.submit(work) for _ in range(_HELPERS)]
+        work()
+        for helper in helpers:
+            helper.result()
+        return out  # type: ignore[return-value]
 
     def save(self, path: Path) -> None:
         doc = {**self.meta, "format": FORMAT, "features": list(FEATURE_NAMES),
@@ -204,10 +231,6 @@ class LearnedRanker:
             best = np.argsort(-row)[:n]
             out.append([(FEATURE_NAMES[j], round(float(row[j]), 4)) for j in best if row[j] > 0])
         return out
-
-
-def _threads(rows: int) -> int:
-    return min(os.cpu_count() or 1, 4) if rows >= THREADS_FROM_ROWS else 1
 
 
 def _weights(identity: str | None) -> str | None:

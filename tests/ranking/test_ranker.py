@@ -290,7 +290,7 @@ def test_cross_validated_coding_eval_reports_the_strength_auroc(trained_coding, 
 
 
 def test_threads_predict_what_one_thread_predicts():
-    """A pool from THREADS_FROM_ROWS rows is scored by LightGBM's threads: the same scores."""
+    """A pool from THREADS_FROM_ROWS rows is scored by its boosters side by side: the same scores."""
     from agentmemrec.ranking import learned
     model = learned.RankerModel.shipped("embedder-ranker.json")
     rng = np.random.default_rng(0)
