@@ -116,12 +116,18 @@ class Memory:
         def run() -> None:
             try:
                 if warm is not None:
-                    self.warm(warm)
+                    self.warm_indexes(warm)
             except Exception:  # the first recall loads them instead
                 log.exception("loading the indexes of %s at start failed", warm)
             with self._lifecycle:
                 if not self._closed:
                     worker.start()
+            try:
+                if warm is not None and not self._closed:  # after the backfill started: it embeds what recalls miss
+                    self.warm_caches(warm)
+            except Exception:  # recalls fill the caches instead
+                if not self._closed:  # a store closed meanwhile is no failure
+                    log.exception("warming the caches of %s at start failed", warm)
         threading.Thread(target=run, name="agentmemrec-warm", daemon=True).start()
 
     def close(self) -> None:
@@ -242,8 +248,14 @@ class Memory:
     def warm(self, project: str) -> None:
         """Build every derived index of a project now rather than at the first recall, and read
         its newest units and its sessions' order while they fit their caches."""
+        self.warm_indexes(project)
+        self.warm_caches(project)
+
+    def warm_indexes(self, project: str) -> None:
         for channel in self.channels:
             channel.search(project, "warm", 1, set())
+
+    def warm_caches(self, project: str) -> None:
         units = self.store.warm_units(project)
         warm_text_features(units)
         warm_item_tokens(units)
