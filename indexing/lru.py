@@ -102,5 +102,5 @@ def memo(max_bytes: int, size_of: Callable[[K, V], int]) -> SizedLRU[K, V]:
 
 
 def memo_bytes() -> int:
-    """What every `memo_by_text` cache of this process holds."""
+    """What every memo cache of this process holds (`memo_by_text` and `memo`)."""
     return sum(cache.bytes for cache in _MEMOS)

@@ -208,12 +208,11 @@ class LearnedRanker:
         model = model or self.model
         scores = (model.predict(x) if model is not None
                   else -np.array([c.pool_rank for c in candidates], dtype=float))
-        order = np.lexsort((np.fromiter((c.pool_rank for c in candidates), np.int64, len(candidates)), -scores))
+        order = np.lexsort((np.fromiter((c.pool_rank for c in candidates), np.int64, len(candidates)), -scores)).tolist()
         rows, cross = x.tolist(), cross or {}
         for row, c in zip(rows, candidates):
             row.append(cross.get(c.unit.id))
-        return in_order([(candidates[i], float(scores[i])) for i in order.tolist()],
-                        [dict(zip(ROW_NAMES, rows[i])) for i in order.tolist()])
+        return in_order([(candidates[i], float(scores[i])) for i in order], [dict(zip(ROW_NAMES, rows[i])) for i in order])
 
     def strength(self, ranked: Sequence[ScoredCandidate]) -> float | None:
         """The model file's evidence strength for this ranking; None without a model or a fitted one."""
