@@ -227,6 +227,17 @@ def variants(memory: Memory, other_pool: int | None, depths: Sequence[int] = ())
     return out
 
 
+def ranker_code(memory: Memory) -> dict[str, Any]:
+    """The boosters compiled as a server compiles them at start (or loaded, once compiled on this
+    machine), waited for: a running server predicts with them."""
+    t0 = time.perf_counter()
+    thread = memory.compile_ranker()
+    if thread is not None:
+        thread.join()
+    model = getattr(memory.ranker, "model", None)
+    return {"code": model.code if model else None, "seconds": round(time.perf_counter() - t0, 2)}
+
+
 def core_latency(memory: Memory, qs: list[str], budget_s: float, other_pool: int | None,
                  depths: Sequence[int] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -407,6 +418,8 @@ def bench_size(args: argparse.Namespace, size: int, identity: str, ranker: Path 
     result["dense_graph"] = dense_graph(memory, fresh=True)  # before anything loads the saved one
     log(f"  dense graph: {result['dense_graph']}")
     memory.warm("main")  # as a server does at start
+    result["ranker_code"] = ranker_code(memory)
+    log(f"  ranker code: {result['ranker_code']}")
     result["core"] = core_latency(memory, qs, args.budget_s, args.other_pool, args.rerank_depths)
     memory.close()
     result["mcp"] = anyio.run(mcp_latency, home, ranker, qs, args.budget_s, args.pool)

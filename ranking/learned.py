@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime, timezone
 from importlib import resources
@@ -29,6 +29,7 @@ import lightgbm as lgb
 import numpy as np
 
 from agentmemrec.indexing.errors import StoreError
+from agentmemrec.ranking import compiled
 from agentmemrec.ranking.candidates import Candidate
 from agentmemrec.ranking.cross_encoder import Reranker
 from agentmemrec.ranking.features import FEATURE_NAMES, QueryContext, feature_matrix, query_keys, units_needing_scores
@@ -55,11 +56,28 @@ ROW_NAMES = (*FEATURE_NAMES, "cross_encoder")  # a ranked candidate's features, 
 class RankerModel:
     boosters: tuple[lgb.Booster, ...]
     meta: dict[str, Any]
+    # the boosters as machine code, once `compile` has them (the same scores, bit for bit)
+    _compiled: list[Callable[[np.ndarray], np.ndarray]] = field(default_factory=list, compare=False, repr=False)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The mean of the boosters' scores: one LightGBM model's ranking varies by about a point of
         slate completeness with its seed; the average varies less and ranks better."""
-        return np.mean(self._each(lambda b: b.predict(x, num_threads=1), len(x)), axis=0)
+        fns = self._compiled
+        if fns:
+            x = np.ascontiguousarray(x, dtype=np.float64)
+            return np.mean(self._each(lambda i: fns[i](x), len(x)), axis=0)
+        return np.mean(self._each(lambda i: self.boosters[i].predict(x, num_threads=1), len(x)), axis=0)
+
+    def compile(self, folder: Path | None = None) -> threading.Thread | None:
+        """Predict with the boosters compiled to machine code once they are (ranking/compiled.py:
+        from the cache `folder`, else compiled in the background; LightGBM predicts meanwhile).
+        The thread that does it; None without lleaves."""
+        return compiled.prepare(self.boosters, self._compiled.extend, folder)  # one extend: a reader sees none or all
+
+    @property
+    def code(self) -> str:
+        """What predicts: `compiled` boosters or `lightgbm`."""
+        return "compiled" if self._compiled else "lightgbm"
 
     @cached_property
     def strength(self) -> StrengthModel | None:
@@ -68,15 +86,15 @@ class RankerModel:
 
     def contributions(self, x: np.ndarray) -> np.ndarray:
         """Per-feature contributions to `predict` (SHAP values are additive, so they average too)."""
-        return np.mean(self._each(lambda b: b.predict(x, pred_contrib=True, num_threads=1)[:, :-1], len(x)),
-                       axis=0)
+        return np.mean(self._each(lambda i: self.boosters[i].predict(x, pred_contrib=True, num_threads=1)[:, :-1],
+                                  len(x)), axis=0)
 
-    def _each(self, fn: Callable[[lgb.Booster], np.ndarray], rows: int) -> list[np.ndarray]:
-        """fn of every booster, in booster order. From THREADS_FROM_ROWS rows the calling thread and
-        the pool's each take the next booster when free (LightGBM releases the GIL while it
-        predicts), so a thread on a busy core takes fewer."""
+    def _each(self, fn: Callable[[int], np.ndarray], rows: int) -> list[np.ndarray]:
+        """fn of every booster's index, in booster order. From THREADS_FROM_ROWS rows the calling
+        thread and the pool's each take the next booster when free (LightGBM and the compiled code
+        release the GIL while they predict), so a thread on a busy core takes fewer."""
         if rows < THREADS_FROM_ROWS or len(self.boosters) < 2 or _HELPERS == 0:
-            return [fn(b) for b in self.boosters]
+            return [fn(i) for i in range(len(self.boosters))]
         out: list[np.ndarray | None] = [None] * len(self.boosters)
         todo, lock = iter(range(len(self.boosters))), threading.Lock()
 
@@ -86,7 +104,7 @@ class RankerModel:
                     i = next(todo, None)
                 if i is None:
                     return
-                out[i] = fn(self.boosters[i])
+                out[i] = fn(i)
         helpers = [_BOOSTERS.submit(work) for _ in range(_HELPERS)]
         work()
         for helper in helpers:

@@ -130,6 +130,13 @@ class Memory:
                     log.exception("warming the caches of %s at start failed", warm)
         threading.Thread(target=run, name="agentmemrec-warm", daemon=True).start()
 
+    def compile_ranker(self) -> threading.Thread | None:
+        """Predict with the ranker's boosters compiled to machine code, once they are (from the
+        cache, else compiled in the background): what a long-running server does at start. The
+        thread that does it; None without a learned model or lleaves."""
+        model = getattr(self.ranker, "model", None)
+        return model.compile() if model is not None else None
+
     def close(self) -> None:
         with self._lifecycle:
             self._closed = True
@@ -239,7 +246,8 @@ class Memory:
         model = getattr(self.ranker, "model", None)
         return {"embedder": self.dense.embedder.identity if self.dense else None,
                 "cross_encoder": reranker.identity if reranker else None, "cross_encoder_depth": getattr(reranker, "limit", 0),
-                "ranker": model.meta.get("file") if model else self.ranker.name}
+                "ranker": model.meta.get("file") if model else self.ranker.name,
+                "ranker_code": model.code if model else None}
 
     def build(self, selection: "Selection", budget: int) -> Slate:
         """Stage 4: the slate for one budget."""
