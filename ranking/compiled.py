@@ -28,6 +28,7 @@ import platformdirs
 
 log = logging.getLogger(__name__)
 KEY_VERSION = 1  # what a cached object is: one tree per block, fp64, LightGBM's raw score
+KEEP = 64  # objects the cache keeps, the most recently used (a shipped ranker has five)
 
 
 def available() -> bool:
@@ -84,6 +85,17 @@ def compile_missing(folder: Path, names: Sequence[str]) -> None:
             os.replace(partial, folder / f"{name}.so")
 
 
+def prune(folder: Path, used: Sequence[str]) -> None:
+    """Mark `used` as just used and keep the KEEP most recently used objects (a retrained ranker
+    is new code: the cache would grow by one ranker at every training)."""
+    for name in used:
+        os.utime(folder / f"{name}.so")
+    objects = sorted(folder.glob("*.so"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in objects[KEEP:]:
+        for suffix in (".so", ".txt", ".lock"):
+            (folder / f"{old.stem}{suffix}").unlink(missing_ok=True)
+
+
 def probe(features: int) -> np.ndarray:
     """Rows that reach many leaves: spread values, zeros and missing ones."""
     rng = np.random.default_rng(0)
@@ -124,6 +136,7 @@ def prepare(boosters: Sequence[lgb.Booster], ready: Callable[[list[Callable[[np.
                 if not np.array_equal(booster.predict(x, raw_score=True, num_threads=1), fn(x)):
                     raise RuntimeError(f"its scores differ from LightGBM's; delete {folder} to compile again")
             ready(fns)
+            prune(folder, names)
             log.info("the ranker predicts with its compiled boosters")
         except Exception as exc:  # noqa: BLE001  LightGBM keeps predicting: slower, never different
             log.warning("the ranker's boosters were not compiled (%s); LightGBM predicts them", exc)

@@ -53,14 +53,14 @@ def test_compiled_boosters_score_the_recorded_pools_bit_for_bit(cache):
 
 def test_a_second_start_loads_the_objects_without_compiling(cache, caplog):
     folder = cache / "agentmemrec" / "ranker"
-    objects = {p: p.stat().st_mtime_ns for p in folder.glob("*.so")}
+    objects = {p: p.stat().st_ino for p in folder.glob("*.so")}
     assert len(objects) == len(RankerModel.shipped(SHIPPED).boosters)
     model = RankerModel.shipped(SHIPPED)
     with caplog.at_level(logging.INFO, logger="agentmemrec.ranking.compiled"):
         model.compile(folder).join(timeout=60)
     assert model.code == "compiled"
     assert "compiling" not in caplog.text
-    assert {p: p.stat().st_mtime_ns for p in folder.glob("*.so")} == objects
+    assert {p: p.stat().st_ino for p in folder.glob("*.so")} == objects  # none written again
 
 
 def test_objects_that_score_otherwise_are_refused_and_lightgbm_predicts(cache, tmp_path, caplog):
@@ -76,6 +76,24 @@ def test_objects_that_score_otherwise_are_refused_and_lightgbm_predicts(cache, t
         model.compile(folder).join(timeout=60)
     assert model.code == "lightgbm"
     assert "scores differ from LightGBM's" in caplog.text and str(folder) in caplog.text
+
+
+def test_the_cache_keeps_the_most_recently_used_objects(cache, tmp_path, monkeypatch):
+    folder = tmp_path / "ranker"
+    shutil.copytree(cache / "agentmemrec" / "ranker", folder)
+    model = RankerModel.shipped(SHIPPED)
+    names = {compiled.key(b.model_to_string()) for b in model.boosters}
+    for i in range(3):  # another ranker's objects, used long ago
+        for suffix in (".so", ".txt", ".lock"):
+            (folder / f"old{i}{suffix}").write_text("")
+        os.utime(folder / f"old{i}.so", (1e9 + i, 1e9 + i))
+    for name in names:
+        os.utime(folder / f"{name}.so", (2e9, 2e9))  # the ranker's own are older than this minute
+    monkeypatch.setattr(compiled, "KEEP", len(names) + 1)
+    model.compile(folder).join(timeout=60)
+    assert model.code == "compiled"
+    assert {p.stem for p in folder.glob("*.so")} == names | {"old2"}  # used now, then the newest old one
+    assert not (folder / "old0.txt").exists() and not (folder / "old1.lock").exists()
 
 
 @pytest.mark.anyio
