@@ -119,12 +119,12 @@ def open_model(model_dir: Path, manifest: Manifest, spec: str = "auto") -> tuple
     return session, plan
 
 
-def session_options(device: str) -> ort.SessionOptions:
+def session_options(device: str, threads: int | None = None) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     if device == "cpu":  # one run at a time uses every core; parallel graph branches do not pay
-        options.intra_op_num_threads = os.cpu_count() or 1
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.inter_op_num_threads = 1
         # Threads that spin between operators burn the cores that other work (and the other
         # thread) needs; on a busy 2-core machine they made a query's embedding 2-3x slower.
@@ -132,8 +132,10 @@ def session_options(device: str) -> ort.SessionOptions:
     return options
 
 
-def open_session(path: str | os.PathLike[str], device: str = "auto") -> ort.InferenceSession:
-    """A session for one ONNX file on a resolved device (`cpu` or `cuda`)."""
+def open_session(path: str | os.PathLike[str], device: str = "auto", threads: int | None = None
+                 ) -> ort.InferenceSession:
+    """A session for one ONNX file on a resolved device (`cpu` or `cuda`); on CPU, `threads`
+    intra-op threads (default: every core)."""
     resolved = resolve_device(device)
     providers: list = (["CPUExecutionProvider"] if resolved == "cpu"
                        else [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"])
@@ -142,7 +144,8 @@ def open_session(path: str | os.PathLike[str], device: str = "auto") -> ort.Infe
     # the GPU; errors (CUDA or cuDNN libraries that fail to load) still show.
     ort.set_default_logger_severity(3)
     try:
-        return ort.InferenceSession(str(path), sess_options=session_options(resolved), providers=providers)
+        return ort.InferenceSession(str(path), sess_options=session_options(resolved, threads),
+                                    providers=providers)
     except Exception as exc:  # a damaged or truncated model file
         raise StoreError(f"cannot load model {path}: {exc}; reinstall it with "
                          "'agentmemrec models install'") from exc

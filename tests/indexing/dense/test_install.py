@@ -50,6 +50,17 @@ def test_the_default_models_embed_and_score_as_their_authors_trained_them(defaul
     assert logits.argmax() == 0 and logits[0] > logits[1:].max() + 3  # about -5 against -11 (FINDINGS)
 
 
+def test_a_query_embeds_on_its_own_session_bit_for_bit(default_home, monkeypatch):
+    """One text runs on the small model's one-thread query session; a batch on the main one."""
+    embedder = OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu")
+    queries = [QUERY, *TEXTS, "why did we pick DuckDB over SQLite for the embedded store?"]
+    alone = np.stack([embedder.embed([q])[0] for q in queries])
+    assert all(np.array_equal(embedder.embed([q, q])[0], v) for q, v in zip(queries, alone))
+    monkeypatch.setattr("agentmemrec.indexing.dense.embedder.QUERY_SESSION_MAX_BYTES", 0)  # a large model
+    one_session = OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu")
+    assert np.array_equal(np.stack([one_session.embed([q])[0] for q in queries]), alone)
+
+
 def _export_folder(default_home: Path, tmp_path: Path, name: str) -> Path:
     """An ONNX export as a user would have it: the model and its tokenizer, no manifest."""
     folder = tmp_path / "export"
