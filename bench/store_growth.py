@@ -295,6 +295,7 @@ async def mcp_latency(home: Path, ranker: Path | None, qs: list[str], budget_s: 
     from agentmemrec.server.app import create_server
     from agentmemrec.server.settings import Settings
     settings = Settings(home=home, project="main", allowed=frozenset({"main", "peer"}), ranker_model=ranker,
+                        compile_ranker=True,
                         pool_size=pool)
     async with Client(create_server(settings)) as client:
         async def call(q: str) -> None:

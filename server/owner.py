@@ -250,7 +250,8 @@ def shared_memory(settings: Settings) -> SharedMemory:
                              rerank_limit=settings.rerank_limit, store_url=settings.store,
                              index_memory=settings.index_memory_mib << 20, inference=settings.inference)
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
-        memory.compile_ranker()
+        if settings.compile_ranker:
+            memory.compile_ranker()
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,
                         shared_store=settings.store is not None, choices=ModelChoices.of(settings))

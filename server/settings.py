@@ -19,6 +19,7 @@ from agentmemrec.server.owner_socket import STORE_ENV, default_home
 
 VERSION = version("agentmemrec")
 INFERENCE_ENV = "AGENTMEMREC_INFERENCE"  # inference server URLs: models run there, not here
+COMPILE_ENV = "AGENTMEMREC_COMPILE_RANKER"  # 0: the ranker's boosters are never compiled (LightGBM predicts)
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
 
 log = logging.getLogger("agentmemrec")
@@ -66,6 +67,9 @@ class Settings:
     include_sidechains: bool = False
     http: bool = False  # serving HTTP: every call needs a bearer token, which decides its access
     max_request_bytes: int = MAX_REQUEST_BYTES
+    # predict with the boosters as machine code once compiled (ranking/compiled.py); `load` turns
+    # it on unless AGENTMEMREC_COMPILE_RANKER=0
+    compile_ranker: bool = False
 
     @classmethod
     def load(cls, project: str | None = None, allow: str | list[str] | None = None,
@@ -77,6 +81,7 @@ class Settings:
         allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
         store = extra.pop("store", None) or env.get(STORE_ENV) or None
         inference = extra.pop("inference", None) or env.get(INFERENCE_ENV) or None
+        extra.setdefault("compile_ranker", env.get(COMPILE_ENV, "1") != "0")
         return cls(home=default_home(env), store=check_store_url(store) if store else None,  # type: ignore[arg-type]
                    inference=inference, project=project, allowed=allowed, **extra)
 

@@ -25,6 +25,10 @@ from agentmemrec.server.cli import main
 
 from helpers import SENTENCES, settings_for
 
+# The servers the suite starts predict with LightGBM: compiling every ranker they load would keep
+# a core busy for minutes. tests/ranking/test_compiled.py turns it on for the server it checks.
+os.environ.setdefault("AGENTMEMREC_COMPILE_RANKER", "0")
+
 
 @pytest.fixture
 def anyio_backend() -> str:

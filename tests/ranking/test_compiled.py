@@ -100,7 +100,8 @@ def test_the_cache_keeps_the_most_recently_used_objects(cache, tmp_path, monkeyp
 async def test_a_real_server_predicts_with_the_compiled_boosters(cache, tmp_path):
     params = server_params(tmp_path / "home", "alpha")
     params = StdioServerParameters(command=params.command, args=params.args,
-                                   env={**params.env, "XDG_CACHE_HOME": str(cache)})
+                                   env={**params.env, "XDG_CACHE_HOME": str(cache),
+                                        "AGENTMEMREC_COMPILE_RANKER": "1"})
     with anyio.fail_after(90):
         async with Client(params) as client:
             await call(client, "remember", items=[turn("The CI runs on GitHub Actions.", ref="ci")])
@@ -112,3 +113,18 @@ async def test_a_real_server_predicts_with_the_compiled_boosters(cache, tmp_path
                 assert code in ("lightgbm", "compiled")
                 await anyio.sleep(0.2)
             assert [i["ref"] for i in slate["items"]] == ["ci"]
+
+
+@pytest.mark.anyio
+async def test_a_server_told_not_to_compile_predicts_with_lightgbm(cache, tmp_path):
+    params = server_params(tmp_path / "home", "alpha")
+    params = StdioServerParameters(command=params.command, args=params.args,
+                                   env={**params.env, "XDG_CACHE_HOME": str(cache),
+                                        "AGENTMEMREC_COMPILE_RANKER": "0"})
+    with anyio.fail_after(90):
+        async with Client(params) as client:
+            await call(client, "remember", items=[turn("The CI runs on GitHub Actions.", ref="ci")])
+            await anyio.sleep(2)  # long enough to load the cached objects, had it been told to
+            slate = await call(client, "recall_slate", query="which CI do we run on")
+            why = await call(client, "explain_selection", slate_id=slate["slate_id"])
+            assert why["models"]["ranker_code"] == "lightgbm"
