@@ -95,7 +95,7 @@ def test_every_command_line_option_and_command_has_help():
 def test_recall_on_an_empty_project_lists_the_projects_in_the_store(home, tmp_path):
     src = tmp_path / "items.jsonl"
     src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080."}) + "\n")
-    env = {"AGENTMEMREC_HOME": str(home)}
+    env = {"AGENTMEMREC_HOME": str(home), "AGENTMEMREC_COMPILE_RANKER": "0"}  # as the suite's other servers
     run = [sys.executable, "-m", "agentmemrec.server.cli"]
     subprocess.run([*run, "import", str(src), "--project", "infra"], check=True, capture_output=True, env=env)
     out = subprocess.run([*run, "recall", "port", "--project", "infar"], check=True, capture_output=True,
