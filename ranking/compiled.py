@@ -1,11 +1,11 @@
 """The ranker's boosters compiled to machine code (lleaves, over LLVM): the same trees, added up
 one at a time in LightGBM's order, so the same scores bit for bit, in a quarter of the time.
 
-Compiling takes seconds per booster (about 20 s for a shipped ranker's five on these cores) and
-holds Python's lock while it builds the code, so a server compiles in a child process, at low
-priority, and predicts with LightGBM until the compiled boosters load. Each is kept in the user
-cache (`$XDG_CACHE_HOME/agentmemrec/ranker` on Linux) under a key of its model text, the
-compiler's versions and the host CPU; later starts load them in milliseconds. A loaded booster
+Compiling takes seconds per booster (about 23 s for a shipped ranker's five on these cores) and
+holds Python's lock while it builds the code, so the process that owns the memory compiles in a
+child process, at low priority, and predicts with LightGBM until the compiled boosters load. Each
+is kept in the user cache (`$XDG_CACHE_HOME/agentmemrec/ranker` on Linux) under a key of its model
+text, the compiler's versions and the host CPU; later starts load and check them in about 0.1 s. A loaded booster
 must give LightGBM's scores on a probe before it is used. Without lleaves (it has no build for
 every Python), LightGBM predicts as before.
 """

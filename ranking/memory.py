@@ -132,8 +132,8 @@ class Memory:
 
     def compile_ranker(self) -> threading.Thread | None:
         """Predict with the ranker's boosters compiled to machine code, once they are (from the
-        cache, else compiled in the background): what a long-running server does at start. The
-        thread that does it; None without a learned model or lleaves."""
+        cache, else compiled in the background): what the process that owns the memory does at
+        start. The thread that does it; None without a learned model or lleaves."""
         model = getattr(self.ranker, "model", None)
         return model.compile() if model is not None else None
 
