@@ -72,7 +72,10 @@ class RankerModel:
         """Predict with the boosters compiled to machine code once they are (ranking/compiled.py:
         from the cache `folder`, else compiled in the background; LightGBM predicts meanwhile).
         The thread that does it; None without lleaves."""
-        return compiled.prepare(self.boosters, self._compiled.extend, folder)  # one extend: a reader sees none or all
+        return compiled.prepare(self.boosters, self._use, folder)
+
+    def _use(self, fns: list[Callable[[np.ndarray], np.ndarray]]) -> None:
+        self._compiled[:] = fns  # one assignment: a reader sees none or all; a second compile replaces
 
     @property
     def code(self) -> str:

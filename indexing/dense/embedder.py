@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Protocol
 
@@ -92,21 +93,16 @@ class OnnxEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        if len(texts) == 1 and self._query is not None:  # ONNX Runtime runs a session's calls concurrently
-            ids, mask = pad([self.tokenizer.encode(texts[0]).ids], self.pad_id)
-            vector = self.pool(self._query.run(None, self._feed(ids, mask))[0].astype(np.float32), mask)
-            return l2_normalise(vector) if self.manifest.normalize else vector
+        query = len(texts) == 1 and self._query is not None  # ONNX Runtime runs a session's calls concurrently
+        session, lock = (self._query, nullcontext()) if query else (self.session, self._lock)
         encoded = [e.ids for e in self.tokenizer.encode_batch(texts)]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for idx in batches_by_length([len(e) for e in encoded], BATCH):
             ids, mask = pad([encoded[i] for i in idx], self.pad_id)
-            with self._lock:
-                hidden = self.session.run(None, self._feed(ids, mask))[0]
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self.inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            with lock:
+                hidden = session.run(None, feed)[0]
             out[idx] = self.pool(hidden.astype(np.float32), mask)
         return l2_normalise(out) if self.manifest.normalize else out
-
-    def _feed(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-        feed = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self.inputs:
-            feed["token_type_ids"] = np.zeros_like(ids)
-        return feed
