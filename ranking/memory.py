@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import uuid
+import secrets
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
 MAX_QUERY_CHARS = 8_000
-SLATE_ID = re.compile(r"s_[0-9a-f]{12}")
+SLATE_ID = re.compile(r"s_[0-9]{16}")
 
 
 @dataclass(frozen=True)
@@ -380,8 +380,10 @@ class Memory:
 
 def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
     """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with
-    `id_prefix`, hex digits)."""
-    slate_id = "s_" + (id_prefix + uuid.uuid4().hex)[:12]
+    `id_prefix`). The id is decimal digits, which the tokenizer cuts into the same number of
+    tokens whatever they are: with hex digits the slate's first line took 19 to 28 tokens, so the
+    room left for items, and at the margin the items themselves, changed from one id to the next."""
+    slate_id = "s_" + (id_prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
                        selection.strength)
 

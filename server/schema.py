@@ -64,7 +64,7 @@ Budget = Annotated[int, Field(
 AsOf = Annotated[str | None, Field(
     description="ISO 8601 time: only what was recorded by then is eligible (default: now)",
     max_length=64)]
-SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 12 hex digits)",
+SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 16 digits)",
                                max_length=64)]
 ExpectedRefs = Annotated[list[str] | None, Field(
     description="Refs or ids ('#42') of facts you expected in the slate: the explanation says "

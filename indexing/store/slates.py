@@ -6,7 +6,7 @@ transaction). Closing the log stores what is left. Each project keeps its newest
 `KEEP_SLATES` explanations. At most `MAX_QUEUED` wait: a recall beyond that waits for the writer.
 
 A process killed before its writer ran loses what was queued. So every slate id starts with its
-log's instance (4 hex digits), and before the first id is handed out the instance is recorded in
+log's instance (4 digits), and before the first id is handed out the instance is recorded in
 the store (a row of its own in the slates table, under no project), and again when it closes: an
 id of an instance that started and never closed, whose explanation is missing, was lost when
 that process stopped."""
@@ -16,8 +16,8 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import secrets
 import threading
-import uuid
 import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -45,7 +45,7 @@ def _close_at_exit() -> None:
 
 
 def _marker(instance: str, event: str) -> str:
-    return f"s_{instance}:{event}"  # never a slate id (they are hex), so never explained as one
+    return f"s_{instance}:{event}"  # never a slate id (they are digits), so never explained as one
 
 
 class SlateLog:
@@ -66,7 +66,7 @@ class SlateLog:
         """The prefix of this log's slate ids, recorded in the store before the first is used."""
         with self._recording:
             while self._instance is None:
-                candidate = uuid.uuid4().hex[:4]
+                candidate = f"{secrets.randbelow(10 ** 4):04d}"
                 if self.store.load_slate(_marker(candidate, "started")) is None:  # not a past one's
                     self.store.save_slates([(_marker(candidate, "started"), STARTS, _now(), "{}")], KEEP_STARTS)
                     self._instance = candidate

@@ -39,3 +39,16 @@ def test_features_ranking_and_slates_are_as_recorded(records, i):
     np.testing.assert_allclose(as_array(now["features"]), as_array(then["features"]), rtol=0, atol=2e-6)
     assert now["ranked"] == then["ranked"]
     assert now["slates"] == then["slates"]
+
+
+def test_a_slate_is_the_same_whatever_its_id(tmp_path):
+    """Slate ids are digits, which always cost the same tokens: recalls of one query give the same
+    items and token count under different ids (hex ids took 19 to 28 tokens of the first line, so
+    the room left for items moved from one recall to the next)."""
+    memory = open_memory(tmp_path)
+    try:
+        slates = [memory.recall("main", QUERIES[0], 700, AS_OF) for _ in range(12)]
+    finally:
+        memory.close()
+    assert len({s.slate_id for s in slates}) == 12
+    assert len({(s.tokens_used, tuple(it.unit.id for it in s.items)) for s in slates}) == 1

@@ -264,7 +264,7 @@ def test_an_explanation_lost_with_its_process_says_so_after_the_restart(tmp_path
         later = after.recall("p", "kafka payments")
         assert after.explain(later.slate_id, {"p"})["candidates"]
         with pytest.raises(InputError, match="unknown slate id"):
-            after.explain("s_" + "0" * 12, {"p"})
+            after.explain("s_" + "0" * 16, {"p"})
     finally:
         dying.down = False
         before.close()
