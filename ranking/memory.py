@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
 MAX_QUERY_CHARS = 8_000
-SLATE_ID = re.compile(r"s_[0-9]{16}")
+SLATE_ID = re.compile(r"s_(?:[0-9]{16}|[0-9a-f]{12})")  # 12 hex digits: saved before ids were digits
 
 
 @dataclass(frozen=True)
