@@ -129,7 +129,8 @@ def bench_reranker(model_dir: Path, spec: str, pairs: int, tokens: int, repeats:
     texts = [text_of(tokens - 20, i) for i in range(pairs)]  # pair = query + text + 4 specials
     t = median_time(lambda: rr.score(query, texts), repeats)
     out = {"model": rr.identity, "device": rr.device, "precision": rr.precision, "pairs": pairs,
-           "tokens_per_pair": tokens, "batch": BATCH, "median_s": t, "pairs_per_s": pairs / t,
+           "tokens_per_pair": tokens, "batch": BATCH if rr.scoring == "batch" else 1,  # on CPU a pair a run
+           "median_s": t, "pairs_per_s": pairs / t,
            "pool_latency_ms": 1000 * t}
     if rr.precision == "fp16":
         reference = OnnxReranker(model_dir, f"{rr.device}:fp32").score(query, texts[:BATCH])

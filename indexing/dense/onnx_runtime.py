@@ -104,18 +104,20 @@ def _plan_quantized(asked_device: str, asked_precision: str, device: str, manife
     return SessionPlan("cpu", "int8", manifest.model_file, note)
 
 
-def open_model(model_dir: Path, manifest: Manifest, spec: str = "auto") -> tuple[ort.InferenceSession, SessionPlan]:
-    """A session for an installed model on the planned device and precision."""
+def open_model(model_dir: Path, manifest: Manifest, spec: str = "auto", cpu_threads: int | None = None
+               ) -> tuple[ort.InferenceSession, SessionPlan]:
+    """A session for an installed model on the planned device and precision (on CPU with
+    `cpu_threads` intra-op threads, default every core)."""
     plan = plan_session(spec, manifest)
     if plan.note:
         log.info("%s", plan.note)
-    session = open_session(model_dir / plan.model_file, plan.device)
+    session = open_session(model_dir / plan.model_file, plan.device, cpu_threads)
     if plan.device == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
         # ONNX Runtime falls back to CPU silently when CUDA or cuDNN libraries fail to load.
         log.warning("the CUDA provider did not load (are the CUDA and cuDNN libraries onnxruntime-gpu "
                     "was built for on the library path?); model %s runs on CPU", manifest.name)
         plan = plan_session("cpu", manifest)
-        session = open_session(model_dir / plan.model_file, "cpu")
+        session = open_session(model_dir / plan.model_file, "cpu", cpu_threads)
     return session, plan
 
 

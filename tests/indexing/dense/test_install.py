@@ -61,6 +61,17 @@ def test_a_query_embeds_on_its_own_session_bit_for_bit(default_home, monkeypatch
     assert np.array_equal(np.stack([one_session.embed([q])[0] for q in queries]), alone)
 
 
+def test_the_int8_cross_encoder_scores_each_pair_whatever_it_is_scored_with(default_home):
+    """The int8 model quantizes activations over a whole batch: batched, a pair's logit moved with
+    its neighbours and their padding. Each pair runs alone, so its logit is its own, bit for bit."""
+    reranker = OnnxReranker(models_dir(default_home) / "ms-marco-MiniLM-L-12-v2", device="cpu")
+    assert reranker.scoring == "pair"
+    alone = np.array([reranker.score(QUERY, [t])[0] for t in TEXTS])
+    long = "Kafka partitions, consumer groups, retention, replays and the schema registry. " * 20
+    assert np.array_equal(reranker.score(QUERY, TEXTS), alone)
+    assert np.array_equal(reranker.score(QUERY, [long, *TEXTS[::-1]])[1:], alone[::-1])
+
+
 def _export_folder(default_home: Path, tmp_path: Path, name: str) -> Path:
     """An ONNX export as a user would have it: the model and its tokenizer, no manifest."""
     folder = tmp_path / "export"
