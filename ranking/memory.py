@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import secrets
+import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
