@@ -76,6 +76,7 @@ from agentmemrec.indexing.dense.index import DenseIndex  # noqa: E402
 from agentmemrec.indexing.dense.install import install, resolve_source  # noqa: E402
 from agentmemrec.indexing.dense.models import active, models_dir  # noqa: E402
 from agentmemrec.indexing.lexical.index import LexicalIndex  # noqa: E402
+from agentmemrec.indexing.tokens import count_tokens  # noqa: E402
 from agentmemrec.ranking.candidates import DEFAULT_POOL  # noqa: E402
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel  # noqa: E402
 from agentmemrec.ranking.memory import Memory, RecallConfig  # noqa: E402
@@ -378,14 +379,24 @@ async def stdio_without_cross_encoder(home: Path, qs: list[str], pool: int) -> d
         for q in qs[-2:]:  # warm: indexes loaded, as in a running server
             await client.call_tool("recall_slate", {"query": q})
         await anyio.sleep(WARM_S)  # the server's start-up warming (units, sessions) done
-        seconds = []
+        seconds, slate_tokens, reads, reads_with_items = [], [], [], []
         for q in qs[:20]:
             await anyio.sleep(PAUSE_S)
             t0 = time.perf_counter()
             result = await client.call_tool("recall_slate", {"query": q})
             seconds.append(time.perf_counter() - t0)
             assert not result.is_error, result.content[0].text
-    return percentiles(seconds)
+            slate_tokens.append(result.structured_content["tokens_used"])
+            reads.append(model_reads(result))
+        for q in qs[:5]:  # untimed: what `items` would add
+            reads_with_items.append(model_reads(await client.call_tool("recall_slate", {"query": q, "with_items": True})))
+    return {**percentiles(seconds), "slate_tokens_p50": median(slate_tokens), "model_reads_tokens_p50": median(reads),
+            "model_reads_with_items_tokens_p50": median(reads_with_items)}
+
+
+def model_reads(result: Any) -> int:
+    """What Claude Code and VS Code hand the model: JSON.stringify(structuredContent)."""
+    return count_tokens(json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False))
 
 
 def write_pending(home: Path, n: int, ranker: Path | None) -> None:

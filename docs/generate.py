@@ -349,7 +349,8 @@ def rerank_depth(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
 def default_set_targets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     """A `--models default` run against targets=SIZE:MS:MS:MS (full without the cross-encoder,
     the stdio server without it, full with it; `-`: none), each with its ratio to the same run's
-    baseline."""
+    baseline; and what a client that hands the model the structured result (Claude Code, VS Code)
+    has it read, against the slate's own tokens."""
     targets = {t.split(":")[0]: [None if x == "-" else float(x) for x in t.split(":")[1:]]
                for t in opts["targets"].split(",")}
     rows = []
@@ -357,14 +358,21 @@ def default_set_targets(paths: list[str], docs: list[Any], opts: dict[str, str])
         if str(r["size"]) not in targets:
             continue
         base = r["baseline"]["p50_ms"]
-        figures = [r["core"]["full_no_cross_encoder"]["p50_ms"], r["server"]["stdio_no_cross_encoder"]["p50_ms"],
-                   r["core"]["full"]["p50_ms"]]
+        stdio = r["server"]["stdio_no_cross_encoder"]
+        figures = [r["core"]["full_no_cross_encoder"]["p50_ms"], stdio["p50_ms"], r["core"]["full"]["p50_ms"]]
         rows.append([f"{r['size']:,}", *[f"{num(ms)} ms ({ms / base:.3f})" + (
                          "" if t is None else f" against {num(t)}: {'met' if ms <= t else 'missed'}")
-                         for ms, t in zip(figures, targets[str(r["size"])])], num(base)])
+                         for ms, t in zip(figures, targets[str(r["size"])])], num(base), _reads(stdio)])
     head = ["units", "full, no cross-encoder (/ baseline)", "stdio server, no cross-encoder (/ baseline)",
-            "full with the cross-encoder (/ baseline)", "baseline p50 ms"]
+            "full with the cross-encoder (/ baseline)", "baseline p50 ms", "the model reads (slate) tokens, p50"]
     return grid(head, rows) + [load_caption(paths, docs)]
+
+
+def _reads(stdio: dict[str, Any]) -> str:
+    if "model_reads_tokens_p50" not in stdio:  # a run from before it was measured
+        return "-"
+    return (f"{stdio['model_reads_tokens_p50']:,.0f} ({stdio['slate_tokens_p50']:,.0f}); "
+            f"{stdio['model_reads_with_items_tokens_p50']:,.0f} with `items`")
 
 
 @kind("project-memory")

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Annotated, Any, AsyncIterator, Callable, TypeVar
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
 
 from agentmemrec.indexing.errors import InputError, StoreError
@@ -37,6 +38,7 @@ from agentmemrec.server.schema import (
     SlateItemOut,
     SlateResult,
     StoredItem,
+    WithItems,
     plain_errors,
 )
 from agentmemrec.server.settings import VERSION, Access, Settings
@@ -87,13 +89,24 @@ def tool(server: MCPServer, title: str, read_only: bool, destructive: bool = Fal
     return register
 
 
-def slate_result(slate: Slate) -> SlateResult:
+def slate_result(slate: Slate, with_items: bool = True) -> SlateResult:
     items = [SlateItemOut(id=it.unit.id, ref=it.unit.ref, kind=it.unit.kind, session=it.unit.session,
                           role=it.unit.role, at=it.unit.at.isoformat(), status=it.status,
-                          path=it.unit.path, tokens=it.tokens, rank=it.rank) for it in slate.items]
+                          path=it.unit.path, tokens=it.tokens, rank=it.rank) for it in slate.items] if with_items else None
     return SlateResult(slate_id=slate.slate_id, project=slate.project, context=slate.context,
                        items=items, tokens_used=slate.tokens_used, budget_tokens=slate.budget,
                        notes=list(slate.notes), evidence_strength=slate.evidence_strength)
+
+
+def tool_result(result: SlateResult) -> CallToolResult:
+    """The slate as its model reads it. Claude Code and VS Code hand the model
+    `JSON.stringify(structuredContent)` and drop the text block, so what the structured result holds
+    is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
+    comes only when asked for. The text block is the same JSON, so every client's model reads the
+    same bytes."""
+    data = result.model_dump(mode="json", exclude={"items"} if result.items is None else set())
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
+                          structured_content=data)
 
 
 def stored(project: str, results: list[WriteResult]) -> RememberResult:
@@ -153,7 +166,8 @@ def create_server(settings: Settings) -> MCPServer:
 
     @tool(server, "Recall a slate", read_only=True, idempotent=False)
     def recall_slate(query: Query, ctx: Context, project: Project = None,
-                     budget_tokens: Budget = DEFAULT_BUDGET, as_of: AsOf = None) -> SlateResult:
+                     budget_tokens: Budget = DEFAULT_BUDGET, as_of: AsOf = None,
+                     with_items: WithItems = False) -> Annotated[CallToolResult, SlateResult]:
         """Return a token-budgeted slate of stored evidence relevant to `query`.
 
         Call it before working on a task that earlier conversations, decisions or notes may
@@ -163,10 +177,11 @@ def create_server(settings: Settings) -> MCPServer:
         when it is low, tell the user nothing confirmed is remembered instead of guessing from the
         slate. `notes` says what limited the slate (units not yet embedded, an empty project)."""
         name = _core(access_of(ctx).resolve, project)
-        slate = slate_result(_core(memory_of(ctx).recall, name, query, budget_tokens, as_of))
-        if not slate.items and not _core(memory_of(ctx).projects).get(name):
+        found = _core(memory_of(ctx).recall, name, query, budget_tokens, as_of)
+        slate = slate_result(found, with_items)
+        if not found.items and not _core(memory_of(ctx).projects).get(name):
             slate.notes.append(f"projects you may use: {_listing(memory_of(ctx), access_of(ctx))}")
-        return slate
+        return tool_result(slate)
 
     @tool(server, "Explain a slate", read_only=True)
     def explain_selection(slate_id: SlateId, ctx: Context, refs: ExpectedRefs = None) -> Explanation:

@@ -54,7 +54,7 @@ async def _run(home: Path) -> None:
         await _embedded(client)
         for project, query in QUERIES:
             slate = _check(await client.call_tool("recall_slate", {"query": query, "project": project,
-                                                                   "budget_tokens": 400}))
+                                                                   "budget_tokens": 400, "with_items": True}))
             why = _check(await client.call_tool("explain_selection", {"slate_id": slate["slate_id"]}))
             emit(f"\n=== {project}: {query}\n")
             emit(slate["context"])

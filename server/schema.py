@@ -64,6 +64,9 @@ Budget = Annotated[int, Field(
 AsOf = Annotated[str | None, Field(
     description="ISO 8601 time: only what was recorded by then is eligible (default: now)",
     max_length=64)]
+WithItems = Annotated[bool, Field(
+    description="Also return `items`, each item's id, ref, kind, session, path, tokens and rank, for a "
+                "program that reads them; the context already names every item by #id")]
 SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 16 digits)",
                                max_length=64)]
 ExpectedRefs = Annotated[list[str] | None, Field(
@@ -116,7 +119,8 @@ class SlateItemOut(BaseModel):
 
 
 # written out in the slate's schema, not a $ref that a validator resolves again for every item
-_ITEMS = WithJsonSchema({"type": "array", "title": "Items", "items": SlateItemOut.model_json_schema()})
+_ITEMS = WithJsonSchema({"type": "array", "title": "Items", "items": SlateItemOut.model_json_schema(),
+                         "description": "Only with `with_items`"})
 
 
 class SlateResult(BaseModel):
@@ -125,7 +129,7 @@ class SlateResult(BaseModel):
     slate_id: str
     project: str
     context: str = Field(description="The rendered slate to read")
-    items: Annotated[list[SlateItemOut], _ITEMS]
+    items: Annotated[list[SlateItemOut] | None, _ITEMS] = None
     tokens_used: int
     budget_tokens: int
     evidence_strength: float | None = Field(

@@ -103,7 +103,7 @@ async def test_remember_redacts_every_kind(client):
          "text": "CI pushes with password=hunter22"},
         {"kind": "note", "path": "ops.md", "text": "SESSION_SIGNING=f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6"},
     ])
-    slate = await call(client, "recall_slate", query="deploy access key CI pushes ops")
+    slate = await call(client, "recall_slate", with_items=True, query="deploy access key CI pushes ops")
     context = slate["context"]
     assert {i["ref"] for i in slate["items"]} == {"t", "d", "ops.md"}
     for secret in (AWS_KEY, "ghp_1234567890", "hunter22", "f3Kq9vLx2Wm8"):

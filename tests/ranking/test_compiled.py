@@ -140,7 +140,7 @@ async def test_a_real_server_predicts_with_the_compiled_boosters(cache, tmp_path
             await call(client, "remember", items=[turn("The CI runs on GitHub Actions.", ref="ci")])
             code = None
             while code != "compiled":  # the server loads them in the background, after its start
-                slate = await call(client, "recall_slate", query="which CI do we run on")
+                slate = await call(client, "recall_slate", with_items=True, query="which CI do we run on")
                 why = await call(client, "explain_selection", slate_id=slate["slate_id"])
                 code = why["models"]["ranker_code"]
                 assert code in ("lightgbm", "compiled")

@@ -39,7 +39,7 @@ async def write_lane(client: Client, lane: int, start: int, count: int, size: in
     for first in range(start, start + count, size):
         out = await call(client, "remember", items=batch(lane, first, size))
         acked.update(i["ref"] for i in out["items"])  # acknowledged: the server said so
-        slate = await call(client, "recall_slate", query=f"zq{lane}x{first + size - 1}", budget_tokens=300)
+        slate = await call(client, "recall_slate", with_items=True, query=f"zq{lane}x{first + size - 1}", budget_tokens=300)
         assert f"l{lane}-{first + size - 1}" in [i["ref"] for i in slate["items"]]
         if progress is not None:
             progress.set()
@@ -75,7 +75,7 @@ async def test_four_servers_share_one_store_and_survive_the_owner_being_killed(t
         assert why["units_in_project"] == PROCESSES * ITEMS
         for lane in range(PROCESSES):  # every lane's items can be found from another process
             for i in range(0, ITEMS, 50):
-                slate = await call(clients[(lane + 1) % PROCESSES], "recall_slate", query=f"zq{lane}x{i}",
+                slate = await call(clients[(lane + 1) % PROCESSES], "recall_slate", with_items=True, query=f"zq{lane}x{i}",
                                    budget_tokens=300)
                 assert f"l{lane}-{i}" in [it["ref"] for it in slate["items"]]
 
@@ -103,7 +103,7 @@ async def test_four_servers_share_one_store_and_survive_the_owner_being_killed(t
                 killed.set()
         new_owner = owner_pid(home)
         assert new_owner != first_owner
-        after = await call(clients[2], "recall_slate", query="zq3x550")  # reads go on after the kill
+        after = await call(clients[2], "recall_slate", with_items=True, query="zq3x550")  # reads go on after the kill
         assert "l3-550" in [i["ref"] for i in after["items"]]
         clients.pop(0)  # its process is gone; the SDK client only needs to be left
     rows = stored_rows(home)

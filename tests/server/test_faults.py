@@ -176,7 +176,7 @@ async def test_a_damaged_or_missing_index_is_rebuilt_and_the_server_answers(home
     async with Client(create_server(settings)) as client:
         await call(client, "remember", items=[{"kind": "turn", "text": f"Damage fact {i} on host h{i}."}
                                               for i in range(50)])
-        before = await call(client, "recall_slate", query="host h7")
+        before = await call(client, "recall_slate", with_items=True, query="host h7")
     snap = _snapshot_dir(home)
     if damage == "flipped_byte":  # inside an array: it would load, but score wrong; the digest notices
         data = next((snap.parent / "parts").glob("part-*.npz"))
@@ -195,7 +195,7 @@ async def test_a_damaged_or_missing_index_is_rebuilt_and_the_server_answers(home
     else:
         shutil.rmtree(home / "index")
     async with Client(create_server(settings)) as client:
-        after = await call(client, "recall_slate", query="host h7")
+        after = await call(client, "recall_slate", with_items=True, query="host h7")
     assert [i["id"] for i in after["items"]] == [i["id"] for i in before["items"]]
     assert_index_agrees_with_rows(home)
 

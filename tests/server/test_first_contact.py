@@ -53,7 +53,7 @@ async def test_the_server_names_its_version(client):
 
 async def test_a_recall_on_an_empty_project_says_so_and_lists_the_projects_it_may_use(client):
     await call(client, "remember", project="beta", items=[turn("Beta deploys on Fridays.")])
-    slate = await call(client, "recall_slate", query="when do we deploy")
+    slate = await call(client, "recall_slate", with_items=True, query="when do we deploy")
     assert "project 'alpha' holds no units yet" in slate["notes"]
     assert "projects you may use: alpha (0 units), beta (1 units)" in slate["notes"]
 
@@ -64,7 +64,7 @@ async def test_explain_shows_a_decisions_status_in_force_as_the_slate_does(clien
         {"kind": "decision", "ref": "q-1", "title": "Queue", "text": "Use RabbitMQ for the job queue."},
         {"kind": "decision", "ref": "q-2", "title": "Queue", "supersedes": "q-1",
          "text": "Replace RabbitMQ with SQS for the job queue."}])
-    slate = await call(client, "recall_slate", query="RabbitMQ job queue")
+    slate = await call(client, "recall_slate", with_items=True, query="RabbitMQ job queue")
     assert {i["ref"]: i["status"] for i in slate["items"]} == {"q-1": "superseded", "q-2": "accepted"}
     why = await call(client, "explain_selection", slate_id=slate["slate_id"])
     assert {c["ref"]: c["status"] for c in why["candidates"]} == {"q-1": "superseded", "q-2": "accepted"}

@@ -104,7 +104,7 @@ CALLS = {
                                       optional={"project": projects}),
     "recall_slate": st.fixed_dictionaries(
         {"query": maybe(anything, "deploy helm", "r0")},
-        optional={"project": projects, "as_of": times,
+        optional={"project": projects, "as_of": times, "with_items": st.booleans(),
                   "budget_tokens": maybe(st.one_of(st.integers(), anything), 199, 200, 200_000, 200_001)}),
     "explain_selection": st.fixed_dictionaries(
         {"slate_id": anything}, optional={"refs": mostly(st.lists(maybe(anything, *REFS), max_size=3), anything)}),

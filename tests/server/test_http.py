@@ -51,7 +51,7 @@ async def test_requests_without_a_valid_token_are_refused_before_any_tool_runs(h
         too_big = await http.post(server.url, json=huge, headers={**HEADERS, "Authorization": f"Bearer {secret}"})
         assert too_big.status_code == 413
         async with mcp_client(server.url, secret) as client:
-            slate = await call(client, "recall_slate", query="written without a token")
+            slate = await call(client, "recall_slate", with_items=True, query="written without a token")
             assert slate["items"] == []
     assert any("unknown or revoked bearer token" in line for line in server.log)
 
@@ -68,7 +68,7 @@ async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(ho
             assert "is not open to token 'alice'" in msg and "alpha, beta" in msg
             assert "is not open" in await call_error(client, "recall_slate", query="deploys", project="gamma")
         async with mcp_client(server.url, bob) as client:
-            slate = await call(client, "recall_slate", query="alice deploys fridays mondays")
+            slate = await call(client, "recall_slate", with_items=True, query="alice deploys fridays mondays")
             assert slate["project"] == "gamma" and slate["items"] == []  # nothing reached gamma
             assert "not open" in await call_error(client, "recall_slate", query="deploys", project="alpha")
             with anyio.fail_after(30):  # the CLI forwards to the server that owns a DuckDB store

@@ -116,7 +116,7 @@ async def test_a_write_through_one_replica_reaches_a_recall_through_another_and_
             t0 = time.monotonic()
             with anyio.fail_after(1):  # visible through the other replica within a second
                 while not any(i["ref"] == "pay" for i in
-                              (await call(reader, "recall_slate", query="payments kafka"))["items"]):
+                              (await call(reader, "recall_slate", with_items=True, query="payments kafka"))["items"]):
                     pass
             assert time.monotonic() - t0 < 1
             assert main(["tokens", "revoke", "team", "--store", pg_url]) == 0

@@ -25,7 +25,7 @@ async def test_stdio_server_remembers_recalls_and_survives_a_restart(tmp_path):
             await call(client, "remember", items=[turn("The CI runs on GitHub Actions.", ref="ci")])
             assert "not served" in await call_error(client, "recall_slate", query="ci", project="beta")
         async with Client(server_params(home, "alpha")) as client:  # a new process, same store
-            slate = await call(client, "recall_slate", query="which CI do we run on")
+            slate = await call(client, "recall_slate", with_items=True, query="which CI do we run on")
             assert [i["ref"] for i in slate["items"]] == ["ci"]
 
 

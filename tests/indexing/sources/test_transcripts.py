@@ -196,9 +196,9 @@ async def test_serve_capture_claude_code_fills_the_served_projects(home, claude,
     assert (settings.capture_claude_code, settings.claude_dir, settings.watch) == (True, projects, (tmp_path,))
     async with Client(create_server(settings)) as client:
         with anyio.fail_after(20):
-            while not (await call(client, "recall_slate", query="ledger table lock"))["items"]:
+            while not (await call(client, "recall_slate", with_items=True, query="ledger table lock"))["items"]:
                 await anyio.sleep(0.05)  # polling the condition, bounded by fail_after
-        slate = await call(client, "recall_slate", query="website settlement banner blue")
+        slate = await call(client, "recall_slate", with_items=True, query="website settlement banner blue")
     assert all(i["session"] == "sess-1" for i in slate["items"])  # sess-2 is another repository's
 
 

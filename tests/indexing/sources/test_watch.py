@@ -208,14 +208,14 @@ async def test_serve_watch_fills_the_project_from_the_servers_lifespan(home, rep
     async with Client(create_server(settings)) as client:
         assert f"watching {repo / 'docs'}: its notes and ADRs" in caplog.text  # one line a folder
         with anyio.fail_after(20):
-            while not (await call(client, "recall_slate", query="bootstrap toolchain"))["items"]:
+            while not (await call(client, "recall_slate", with_items=True, query="bootstrap toolchain"))["items"]:
                 await anyio.sleep(0.05)  # polling the condition, bounded by fail_after
         write(repo / "docs" / "adr" / "0003-rabbitmq.md", ADR_3)
         with anyio.fail_after(20):
             while "adr:0003" not in {i["ref"] for i in (await call(
-                    client, "recall_slate", query="payment events rabbitmq"))["items"]}:
+                    client, "recall_slate", with_items=True, query="payment events rabbitmq"))["items"]}:
                 await anyio.sleep(0.05)
-        slate = await call(client, "recall_slate", query="payment events rabbitmq")
+        slate = await call(client, "recall_slate", with_items=True, query="payment events rabbitmq")
     assert [i["path"] for i in slate["items"] if i["ref"] == "adr:0003"] == ["docs/adr/0003-rabbitmq.md"]
 
 
