@@ -175,6 +175,21 @@ def eval_budgets(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
     return grid(head, rows) + [eval_caption(paths, docs)]
 
 
+@kind("eval-seeds")
+def eval_seeds(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """The same cross-validation with other seeds (folds and boosters), a row each, and their mean."""
+    [variant] = listed(opts, "variants")
+    rows, shares = [], []
+    for doc in docs:
+        run, records = eval_records(doc)
+        recs = by_variant(records, [variant])[variant]
+        shares.append([recs[b]["slate_completeness"] for b in sorted(recs)])
+        rows.append([str(run["seed"]), *[pct(x) for x in shares[-1]]])
+    rows.append([f"mean of {len(docs)}", *[pct(sum(col) / len(col)) for col in zip(*shares)]])
+    head = ["seed", *[f"{variant} at {b:,}" for b in sorted(recs)]]
+    return grid(head, rows) + [eval_caption(paths, docs)]
+
+
 @kind("eval-coding")
 def eval_coding(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     """The coding set's own checks per variant at one budget: completeness overall and with two or
