@@ -10,9 +10,8 @@ On CPU each pair runs alone, on a one-thread session, the pairs spread over the 
 logit is then its own: the int8 model quantizes its activations with one scale over the whole
 batch, so in a padded batch the other pairs and the padding moved a logit by up to 0.8 (on the
 10,000-unit bench's pools), and a unit's score depended on which candidates it was scored with.
-No padding is computed either: on 2 cores 16 pairs took 103-113 ms in a recall against 168-218
-ms as one batch (bench/results/growth-10k-default-set*.json, this change's runs and the ones
-before). On a GPU the pairs run in batches of similar length.
+No padding is computed either, and two one-thread runs use 2 cores better than one two-thread run
+(docs/models.md). On a GPU the pairs run in batches of similar length.
 """
 
 from __future__ import annotations

@@ -102,11 +102,11 @@ def tool_result(result: SlateResult) -> CallToolResult:
     """The slate as its model reads it. Claude Code and VS Code hand the model
     `JSON.stringify(structuredContent)` and drop the text block, so what the structured result holds
     is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
-    comes only when asked for. The text block is the same JSON, so every client's model reads the
-    same bytes."""
+    comes only when asked for. The text block is that JSON as `JSON.stringify` writes it, so every
+    client's model reads the same bytes."""
     data = result.model_dump(mode="json", exclude={"items"} if result.items is None else set())
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
-                          structured_content=data)
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def stored(project: str, results: list[WriteResult]) -> RememberResult:
