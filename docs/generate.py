@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -121,7 +122,18 @@ def by_variant(records: list[dict[str, Any]], wanted: list[str] | None) -> dict[
 
 
 def eval_caption(paths: list[str], docs: list[dict[str, Any]]) -> str:
-    return sources(paths, [f"`{d['command']}`" if d.get("command") else "" for d in docs])
+    """Each file's command; one that shares most of its words with the first file's is shown by
+    the end that differs (seeds of one run, say), so a long command is spelled out once."""
+    first = docs[0].get("command", "").split()
+    details = []
+    for d in docs:
+        words = d.get("command", "").split()
+        same = len(os.path.commonprefix([first, words]))
+        if d is not docs[0] and first[same:] and words[same:] and same >= max(len(words), len(first)) // 2:
+            details.append(f"the first command with `{' '.join(first[same:])}` replaced by `{' '.join(words[same:])}`")
+        else:
+            details.append(f"`{d['command']}`" if words else "")
+    return sources(paths, details)
 
 
 @kind("eval")
