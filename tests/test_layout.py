@@ -61,6 +61,15 @@ def test_every_module_imports_from_the_installed_package():
         assert Path(module.__file__).resolve() == path.resolve(), f"{module.__name__} is not {path}"
 
 
+@pytest.mark.parametrize("module", ["agentmemrec.indexing.dense.ann", "agentmemrec.indexing.dense.index"])
+def test_a_module_that_loads_native_libraries_imports_first_in_a_fresh_process(module):
+    """The test above imports everything in one process, where whatever came first loaded the
+    native libraries; usearch loaded before onnxruntime made onnxruntime's import crash it."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}; import onnxruntime"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, f"importing {module} first: exit {done.returncode}, {done.stderr[-400:]}"
+
+
 def test_no_module_outgrows_a_reading():
     long = {str(p.relative_to(ROOT)): n for p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by concern: {long}"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import onnxruntime  # noqa: F401  # before usearch: usearch 2.26 loaded first makes onnxruntime 1.31's import crash the process
 from usearch.index import Index
 
 from agentmemrec.indexing.segments import keep_rows
