@@ -22,6 +22,7 @@ from bm25s.stopwords import STOPWORDS_EN
 from agentmemrec.indexing.lru import memo_by_text
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.candidates import Candidate
+from agentmemrec.ranking.dates import TIME_CUE_RE, WHEN_RE, gap_days, query_dates
 
 NAN = float("nan")
 STOPWORDS = frozenset(STOPWORDS_EN) | {"what", "who", "whom", "when", "where", "why", "how", "which", "did",
@@ -31,16 +32,9 @@ KIND_CODES = {"turn": 0, "decision": 1, "note": 2}
 STATUS_CODES = {"proposed": 1, "accepted": 2, "rejected": 3, "superseded": 4}
 KEY_RE = re.compile(r"[\w./-]*[/._-][\w./-]+|\b\d[\d.,:]*\b|\b[A-Z][a-zA-Z]+\b|\b\w*[A-Z]\w*[a-z]\w*\b")
 WORD_RE = re.compile(r"[a-z0-9']+")
-_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
-TIME_CUE_RE = re.compile(  # a turn that dates something: what "when" questions need
-    rf"\b(yesterday|today|tomorrow|tonight|last (?:week|month|year|weekend|night|{_DAYS})|"
-    rf"next (?:week|month|year|weekend)|ago|(?:19|20)\d\d|{_MONTHS}|{_DAYS}|weekend|recently|just)\b", re.I)
 MANY_RE = re.compile(  # questions whose answer gathers several turns
     r"\b(how many|what (?:are|kinds?|types?|activities|things|books|places|events|items|ways|hobbies|"
-    r"pets|games)|which \w+s\b|list|all|both|ever|has \w+ (?:done|made|read|visited|bought|painted|played))\b",
-    re.I)
-WHEN_RE = re.compile(r"^\s*(when|what (?:year|month|day|date|time))\b|\bhow long\b", re.I)
+    r"pets|games)|which \w+s\b|list|all|both|ever|has \w+ (?:done|made|read|visited|bought|painted|played))\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -276,6 +270,12 @@ def time_cue(rows: Rows, ctx: QueryContext) -> np.ndarray:
     return _column(float(dates) for _, dates in rows.text_facts)
 
 
+def date_gap(rows: Rows, ctx: QueryContext) -> np.ndarray:
+    """log1p of the days between the unit and the nearest time the query names; NaN if none."""
+    ranges = query_dates(ctx.query, ctx.now)
+    return _log1p(gap_days(u.at, ranges) for u in rows.units) if ranges else _missing(rows)
+
+
 def term_overlap(rows: Rows, ctx: QueryContext) -> np.ndarray:
     """Share of the query's content words in the unit's text, without BM25's length and idf
     weighting (and without the speaker's name, which BM25 sees in every turn of that speaker)."""
@@ -412,7 +412,7 @@ GROUPS: dict[str, tuple[Feature, ...]] = {
     "relevance": (dense_cosine, dense_cosine_z, dense_rank, bm25_rank, bm25_score_norm, pool_position,
                   cross_encoder_z),
     "context": (role, speaker_in_query, session_position, age_days, length_tokens, key_overlap,
-                is_question, time_cue, term_overlap),
+                is_question, time_cue, date_gap, term_overlap),
     "question": (query_wants_many, query_asks_when),
     "coding": (kind, decision_status),
     "session": (session_best_bm25_rank, session_best_dense_rank, session_hits, neighbour_bm25,

@@ -17,6 +17,7 @@ from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking import features as F
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
+from agentmemrec.ranking.dates import query_dates
 from agentmemrec.ranking.eval.train import ENSEMBLE
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel, shipped_models
 from agentmemrec.ranking.memory import Memory
@@ -88,6 +89,32 @@ def test_question_and_text_cue_features():
     assert rows[0]["dense_gap_session"] == pytest.approx(-0.2) and rows[1]["dense_gap_session"] == 0.0
     assert rows[0]["dense_rank_in_session"] == math.log1p(1) and rows[2]["dense_rank_in_session"] == 0.0
     assert rows[1]["bm25_gap_session"] == pytest.approx(-3 / 4) and rows[2]["bm25_gap_session"] == 0.0
+
+
+def test_a_query_that_names_a_time_measures_each_unit_from_that_time():
+    at = [datetime(2023, 5, 7, 15), datetime(2023, 5, 9), datetime(2023, 4, 1)]
+    pool = [cand(i + 1, "we went hiking", i + 1, {"bm25": ChannelHit(i + 1, 1.0)}) for i in range(3)]
+    pool = [replace(c, unit=replace(c.unit, at=t)) for c, t in zip(pool, at)]
+
+    def gaps(query: str, now: datetime = datetime(2023, 5, 20)) -> list[float]:
+        ctx = replace(context(pool, {"bm25": {1: 1.0, 2: 1.0, 3: 1.0}}, query=query), now=now)
+        return list(F.feature_matrix(pool, ctx)[:, F.FEATURE_NAMES.index("date_gap")])
+
+    assert gaps("What did Ana do on 7 May 2023?") == pytest.approx([0.0, math.log1p(1), math.log1p(36)])
+    assert gaps("what happened in April 2023") == pytest.approx([math.log1p(6 + 15 / 24), math.log1p(8), 0.0])
+    # relative times resolve against the query's time: "yesterday" of 8 May 2023 is the 7th
+    assert gaps("what did we do yesterday?", now=datetime(2023, 5, 8, 9))[0] == 0.0
+    assert all(math.isnan(g) for g in gaps("Where did Ana go hiking?"))  # names no time: missing
+
+
+@pytest.mark.parametrize("query, day", [
+    ("the call on 2023-05-07", "2023-05-07"), ("on the 7th of May", "2023-05-07"), ("May 7th, 2023", "2023-05-07"),
+    ("a week ago", "2023-05-13"), ("last Friday", "2023-05-19"), ("on Monday", "2023-05-15"),
+    ("two days ago", "2023-05-18"), ("in March", "2023-03-15"), ("in December", "2022-12-15")])
+def test_the_times_a_query_names_resolve_to_the_days_they_mean(query, day):
+    now = datetime(2023, 5, 20, 12)  # a Saturday
+    ranges = query_dates(query, now)
+    assert len(ranges) == 1 and ranges[0][0] <= datetime.fromisoformat(day) < ranges[0][1], ranges
 
 
 def test_without_an_embedder_the_session_dense_features_are_missing():
