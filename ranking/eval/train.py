@@ -15,6 +15,7 @@ that label unanswerable ones, each ranked by the booster ensemble it ships with.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,6 +23,7 @@ from typing import Any, Sequence
 
 import lightgbm as lgb
 import numpy as np
+from tqdm import tqdm
 
 from agentmemrec.ranking.cross_encoder import Reranker
 from agentmemrec.ranking.eval.benchmarks import data_digest
@@ -123,9 +125,9 @@ def cross_validate(groups: Sequence[Group], name: str, budgets: Sequence[int], k
     """Each fold ranked by a model that never saw it (trained on the other folds and on `extra`,
     other datasets), its evidence strength fitted the same way; slates built and scored as in `eval`."""
     run = VariantRun(name, {b: [] for b in budgets}, {b: [] for b in budgets})
-    for fold in folds_of(groups, k, by_case, seed):
+    for i, fold in enumerate(folds_of(groups, k, by_case, seed)):
         train = [g for g in groups if g.kept.question.qid not in fold] + list(extra)
-        boosters, _ = train_ensemble(train, drop, seed)
+        boosters, _ = train_ensemble(train, drop, seed, desc=f"{name}: fold {i + 1}/{k}")
         model = RankerModel(boosters, {})
         strength = fit_strength(train, model, drop)
         for g in (g for g in groups if g.kept.question.qid in fold):
@@ -198,10 +200,11 @@ def fit_and_refit(groups: Sequence[Group], drop: Sequence[str] = (), seed: int =
 
 
 def train_ensemble(groups: Sequence[Group], drop: Sequence[str] = (), seed: int = 0,
-                   size: int = ENSEMBLE) -> tuple[tuple[lgb.Booster, ...], list[dict[str, Any]]]:
+                   size: int = ENSEMBLE, desc: str = "train") -> tuple[tuple[lgb.Booster, ...], list[dict[str, Any]]]:
     """What `train` ships and cross-validation measures: `size` boosters, each fit and refit with
-    its own seed (its own held-out split, bagging and dense dropout)."""
-    fitted = [fit_and_refit(groups, drop, seed + i) for i in range(size)]
+    its own seed (its own held-out split, bagging and dense dropout); a bar on stderr counts them."""
+    bar = tqdm(range(size), desc=desc, unit="booster", file=sys.stderr, mininterval=1.0)
+    fitted = [fit_and_refit(groups, drop, seed + i) for i in bar]
     return tuple(b for b, _ in fitted), [m for _, m in fitted]
 
 

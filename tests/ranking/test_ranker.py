@@ -213,6 +213,8 @@ def test_cross_validated_full_variant_is_reported_with_its_ablation(trained, min
     assert [r["variant"] for r in records] == ["rrf", "full", "full-no-relevance", "full-no-context",
                                                "full-no-question", "full-no-coding", "full-no-session"]
     assert all(r["questions"] == 56 for r in records)
+    err = capsys.readouterr().err  # the long training shows where it is, fold by fold, on stderr
+    assert "full: fold 2/2" in err and "full-no-session: fold 1/2" in err and "5/5" in err
 
 
 def test_without_an_embedder_the_model_still_ranks_and_explains(trained, home):
