@@ -29,8 +29,7 @@ _COUNT = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
           "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3, "few": 3}
 _SPAN_DAYS = {"day": 1, "week": 7, "weekend": 7, "month": 30, "year": 365}
 _DAYS_BACK = {"yesterday": 1, "today": 0, "tonight": 0, "the day before yesterday": 2}
-_M = (r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|"
-      r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_M = "(?P<mon>sept|" + "|".join(f"{m[:3]}(?:{m[3:]})?" for m in MONTHS) + ")"  # "sep", "sept", "september"
 _ORD = r"(?:st|nd|rd|th)?"
 _Y = r"(?P<y>(?:19|20)\d\d)"
 _DOW = "|".join(DAYS)
@@ -126,8 +125,5 @@ def query_dates(query: str, now: datetime) -> list[DayRange]:
 
 def gap_days(at: datetime, ranges: list[DayRange]) -> float:
     """Days from `at` to the nearest of `ranges` (0 inside one)."""
-    def gap(start: datetime, end: datetime) -> float:
-        if at < start:
-            return (start - at).total_seconds() / 86400
-        return max((at - end).total_seconds() / 86400, 0.0) if at >= end else 0.0
-    return min((gap(*r) for r in ranges), default=float("inf"))
+    return min((max((start - at).total_seconds(), (at - end).total_seconds(), 0.0) / 86400
+                for start, end in ranges), default=float("inf"))
