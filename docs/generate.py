@@ -17,7 +17,8 @@ table and its files disagree, and when a table of figures sits outside the marke
 
 Kinds (options in brackets):
 - `eval FILE...` [variants=a,b budgets=x,y]: slate completeness by budget, one row per variant of
-  each file, then pool completeness, conditional ranking and evidence recall at the largest budget.
+  each file (named with its ranker where the files' rankers differ), then pool completeness,
+  conditional ranking and evidence recall at the largest budget.
 - `eval-categories FILE` [variants=a,b budget=x]: slate completeness by question category.
 - `eval-budgets FILE...` [variants=a,b]: every figure of each (variant, budget) record.
 - `eval-coding FILE...` [variants=a,b budget=x]: the coding set's checks: multi-evidence
@@ -139,16 +140,20 @@ def eval_caption(paths: list[str], docs: list[dict[str, Any]]) -> str:
 @kind("eval")
 def eval_table(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     rows, budgets = [], [int(b) for b in listed(opts, "budgets") or []]
+    several = len({doc.get("ranker") for doc in docs}) > 1  # files ranked by different shipped rankers
     for doc in docs:
         run, records = eval_records(doc)
         for variant, recs in by_variant(records, listed(opts, "variants")).items():
             budgets = budgets or sorted(recs)
             last = recs[max(budgets)]
+            label = variant_label(variant)
+            if several and variant.startswith("full") and doc.get("ranker"):
+                label += f" ({doc['ranker']})"
             if not last["available"]:
-                rows.append([variant_label(variant), pool_label(run.get("pool_size")),
+                rows.append([label, pool_label(run.get("pool_size")),
                              f"unavailable: {last['unavailable_reason']}"] + [""] * (len(budgets) + 2))
                 continue
-            rows.append([variant_label(variant), pool_label(run.get("pool_size")),
+            rows.append([label, pool_label(run.get("pool_size")),
                          *[pct(recs[b]["slate_completeness"]) for b in budgets],
                          pct(last["pool_completeness"]), pct(last["conditional_ranking_completeness"]),
                          pct(last["evidence_recall"])])

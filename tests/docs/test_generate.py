@@ -84,3 +84,13 @@ def test_no_table_of_figures_sits_outside_the_generated_tables():
         outside = generator.MARKED.sub("", doc.read_text())
         rows = [line for line in outside.splitlines() if line.startswith("|") and FIGURE.search(line)]
         assert not rows, f"{doc.name}: a table of figures that no result file backs: {rows}"
+
+
+def test_an_eval_table_of_files_ranked_by_different_rankers_names_each_rows_ranker():
+    generator = _generator()
+    paths = ["docs/results/coding-holdout.json", "docs/results/coding-holdout-embedder.json"]
+    docs = [json.loads((ROOT / p).read_text()) for p in paths]
+    both = "\n".join(generator.eval_table(paths, docs, {"variants": "full"}))
+    assert "| full (cpu-ranker.json) |" in both and "| full (embedder-ranker.json) |" in both
+    one = "\n".join(generator.eval_table(paths[:1], docs[:1], {}))
+    assert "| full |" in one and "| rrf |" in one and "ranker.json) |" not in one
