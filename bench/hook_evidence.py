@@ -6,11 +6,10 @@ ranker) is the other candidate gate. This measures how well each separates promp
 is stored from prompts about something else, through the product's own write and selection code
 (`Memory.remember`, then `Memory.recall` at the hook's budget):
 
-- answerable, held out: LongMemEval-S questions asked of their own haystack, from files the
-  shipped rankers were not trained on; the coding set's held-out file
-  (bench/coding/coding-holdout.json), each answerable question asked of its project at its time;
-- answerable, trained on: the LoCoMo questions (categories 1-4) asked of their own conversation.
-  The shipped rankers were trained on them, so their scores are optimistic: they are reported,
+- answerable, held out: the coding set's held-out file (bench/coding/coding-holdout.json), which
+  no shipped ranker was trained on, each answerable question asked of its project at its time;
+- answerable, trained on: LongMemEval-S and LoCoMo questions asked of their own history. The
+  shipped rankers were trained on all of them, so their scores are optimistic: they are reported,
   never used to choose a threshold;
 - unrelated: hand-written coding-assistant prompts asked of every history and of every project of
   the coding set (`project_prompts`, what a hook sees most); the questions of other histories
@@ -22,11 +21,11 @@ signal it writes the AUROC of each held-out answerable kind against each unrelat
 kind's median, and per threshold the share of each kind a hook would answer.
 
     nice -n 10 python bench/hook_evidence.py \
-        --longmemeval $(ls /work/shared/data/longmemeval-s/*.json | sort | tail -n +61 | head -30) \
+        --longmemeval $(ls /work/shared/data/longmemeval-s/*.json | sort | head -30) \
         --coding bench/coding/coding-holdout.json --models-home "$AGENTMEMREC_HOME" \
         --models-datasets coding --out bench/results/hook-evidence.json
 
-(`--locomo DIR` adds the LoCoMo questions, which the shipped rankers were trained on;
+(`--locomo DIR` adds the LoCoMo questions, which the shipped rankers were trained on too;
 `--ranker-model` and `--bm25-ranker-model` measure ranker files before they ship.)
 """
 
@@ -72,7 +71,7 @@ CODING_PROMPTS = [
 ]
 SIGNALS = {"top_score": [round(x, 2) for x in np.arange(-4.0, 4.01, 0.25)],  # the ranker's, unbounded
            "evidence_strength": [round(x, 2) for x in np.arange(0.0, 1.001, 0.05)]}  # a probability
-POSITIVE = ("longmemeval_held_out", "project_questions")  # held-out prompts whose answer is stored
+POSITIVE = ("project_questions",)  # held-out prompts whose answer is stored
 NEGATIVE = ("coding", "other_histories", "project_prompts", "project_unanswerable")
 
 
@@ -109,7 +108,7 @@ def open_history(home: Path, case: Case, models_home: Path | None, cache: Any,
 def conversation_prompts(case: Case, cases: list[Case], n: int, dataset: str, others: int) -> dict[str, list]:
     """A LoCoMo or LongMemEval history: its own questions, the coding prompts, and `others`
     questions of the other histories of its dataset."""
-    own = {"longmemeval": "longmemeval_held_out", "locomo": "locomo_trained_on"}[dataset]
+    own = f"{dataset}_trained_on"
     rest = [q for c in cases[n + 1:] + cases[:n] for q in c.questions if q.category != "5"]
     return {own: [(PROJECT, q.text, None) for q in case.questions if q.category != "5"],
             "coding": [(PROJECT, text, None) for text in CODING_PROMPTS],
@@ -165,7 +164,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--locomo", type=Path, nargs="*", default=[], help="LoCoMo files or folders")
     ap.add_argument("--longmemeval", type=Path, nargs="*", default=[],
-                    help="LongMemEval-S files the shipped ranker was not trained on")
+                    help="LongMemEval-S files (the shipped rankers were trained on all of them)")
     ap.add_argument("--coding", type=Path, nargs="*", default=[],
                     help="coding-set files the shipped ranker was not trained on (the held-out set)")
     ap.add_argument("--models-home", type=Path, default=None,

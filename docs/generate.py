@@ -466,6 +466,7 @@ def model_cost_cpu(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
 
 HOOK_KINDS = {"longmemeval_held_out": "answerable (LongMemEval-S, held out)",
               "project_questions": "answerable (coding set, held out)",
+              "longmemeval_trained_on": "answerable (LongMemEval-S, trained on: optimistic)",
               "locomo_trained_on": "answerable (LoCoMo, trained on: optimistic)",
               "coding": "unrelated: coding prompts, conversation histories",
               "project_prompts": "unrelated: coding prompts, coding projects",
@@ -496,7 +497,7 @@ def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
     answers, and the AUROC of each held-out answerable kind against it."""
     signal = opts.get("signal", "top_score")
     wanted = [float(t) for t in listed(opts, "thresholds") or ["0", "0.5", "1", "1.5"]]
-    positives = [k for k in HOOK_KINDS if k in ("longmemeval_held_out", "project_questions")]
+    positives = [k for k in HOOK_KINDS if any(k in c["signals"][signal]["auroc"] for c in docs[0]["configurations"])]
     head = ["configuration", "prompts (n)", *(f"{SIGNAL_LABELS[signal]} >= {t:g}" for t in wanted),
             *(f"AUROC vs {HOOK_KINDS[p].split(' (')[1][:-1]}" for p in positives)]
     rows = []
