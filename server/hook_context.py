@@ -23,9 +23,10 @@ from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET, Memory
 from agentmemrec.server.hook_process import DIGEST_BUDGET, MAX_HOOK_BUDGET, PROMPT_BUDGET
 
 # The evidence is weak below this top score of the ranker. Measured by bench/hook_evidence.py
-# (bench/results/hook-evidence.json, docs/clients.md): with all-MiniLM-L6-v2 it answers 90% of
-# held-out LongMemEval-S questions and 13% of coding prompts asked of histories that do not hold
-# their answer; with BM25 alone 97% and 34%. A calibrated evidence signal would replace it.
+# (bench/results/hook-evidence.json, docs/clients.md): with the default CPU set it answers 93% of
+# the held-out coding questions and 69% of coding prompts asked of projects that do not hold their
+# answer; with BM25 alone 71% and 26%. It is one raw-score threshold for every ranker, so a
+# retrained ranker can move it (docs/ranker.md); a gate calibrated per ranker would replace it.
 WEAK_SCORE = 1.0
 MIN_PROMPT_WORDS = 2  # "yes", "continue": nothing to look up
 
