@@ -464,8 +464,7 @@ def model_cost_cpu(paths: list[str], docs: list[Any], opts: dict[str, str]) -> l
 
 # ---- the Claude Code hook (bench/hook_latency.py, bench/hook_evidence.py) ---------------------------
 
-HOOK_KINDS = {"longmemeval_held_out": "answerable (LongMemEval-S, held out)",
-              "project_questions": "answerable (coding set, held out)",
+HOOK_KINDS = {"project_questions": "answerable (coding set, held out)",
               "longmemeval_trained_on": "answerable (LongMemEval-S, trained on: optimistic)",
               "locomo_trained_on": "answerable (LoCoMo, trained on: optimistic)",
               "coding": "unrelated: coding prompts, conversation histories",
