@@ -275,13 +275,18 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
                      budgets: Sequence[int], per_question: list[dict[str, Any]] | None) -> None:
     """Build the slate at each budget and compare it with the evidence."""
     pool = frozenset(c.unit.ref for c in selection.pool.candidates if c.unit.project == q.project)
+    pool_rank = {c.unit.ref: i for i, c in enumerate(selection.pool.candidates, 1)
+                 if c.unit.project == q.project and c.unit.ref in q.evidence}
     record: dict[str, Any] = {"variant": run.name, "case": case_id, "qid": q.qid, "project": q.project,
                               "category": q.category, "question": q.text,
                               "as_of": q.as_of.isoformat() if q.as_of else None,
                               "evidence": sorted(q.evidence), "in_pool": sorted(q.evidence & pool),
                               "evidence_strength": selection.strength,
                               "top_score": selection.ranked[0].score if selection.ranked else None,
-                              "in_slate": {}, "violations": {}}
+                              "evidence_rank": {sc.unit.ref: sc.rank for sc in selection.ranked
+                                                if sc.unit.project == q.project and sc.unit.ref in q.evidence},
+                              "evidence_pool_rank": pool_rank,
+                              "in_slate": {}, "slate_items": {}, "violations": {}}
     for budget in budgets:
         t1 = time.perf_counter()
         slate = build(selection, budget)
@@ -291,9 +296,11 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
         if q.evidence and q.evidence <= pool and not q.evidence <= refs:
             lost = _lost_to(selection, refs, q.evidence)
         checks = slate_violations(slate, q.project, selection.inputs)
+        missing = tuple(pool_rank.get(e) for e in sorted(q.evidence - refs))
         run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost, q.qid,
-                                            q.answerable, *checks, selection.strength))
+                                            q.answerable, *checks, selection.strength, missing, len(slate.items)))
         record["in_slate"][str(budget)] = sorted(q.evidence & refs)
+        record["slate_items"][str(budget)] = len(slate.items)
         if any(checks):
             record["violations"][str(budget)] = dict(zip(("leaked", "misshown", "orphaned"), checks))
     if per_question is not None:

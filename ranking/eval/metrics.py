@@ -16,6 +16,7 @@ one, ties counting half).
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -36,6 +37,8 @@ class Outcome:
     misshown: int = 0  # proposed or rejected decisions in the slate not shown as such
     orphaned: int = 0  # superseded decisions in the slate without their successor
     strength: float | None = None  # the slate's evidence strength
+    missing_pool_ranks: tuple[int | None, ...] = ()  # pool ranks of the evidence not in the slate (None: not in it)
+    slate_items: int = 0
 
     @property
     def pool_complete(self) -> bool:
@@ -79,6 +82,19 @@ def auroc(positives: list[float], negatives: list[float]) -> float | None:
     return wins / (len(positives) * len(negatives))
 
 
+POOL_RANK_BINS = ((1, 16), (17, 64), (65, 128), (129, None))
+
+
+def missing_by_pool_rank(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    """Where the evidence missing from slates sat in the pool: how deep a cross-encoder or a
+    larger budget would have to reach for it."""
+    ranks = [r for o in outcomes for r in o.missing_pool_ranks]
+    out = {f"{lo}-{hi}" if hi else f"{lo}+": sum(r is not None and lo <= r <= (hi or r) for r in ranks)
+           for lo, hi in POOL_RANK_BINS}
+    out["not_in_pool"] = sum(r is None for r in ranks)
+    return out
+
+
 def summarize(all_outcomes: list[Outcome]) -> dict[str, Any]:
     outcomes = [o for o in all_outcomes if o.answerable]
     failures = [o for o in outcomes if not o.slate_complete]
@@ -94,6 +110,8 @@ def summarize(all_outcomes: list[Outcome]) -> dict[str, Any]:
         "lost_to_budget": sum(o.pool_complete and o.lost_to == "budget" for o in failures),
         "multi_evidence_questions": len(multi),
         "multi_evidence_completeness": slate_completeness(multi),
+        "missing_evidence_by_pool_rank": missing_by_pool_rank(failures),
+        "slate_items_p50": statistics.median(o.slate_items for o in outcomes) if outcomes else None,
         "leaked_questions": sorted(o.qid for o in all_outcomes if o.leaked),
         "misshown_questions": sorted(o.qid for o in all_outcomes if o.misshown),
         "orphaned_questions": sorted(o.qid for o in all_outcomes if o.orphaned),

@@ -33,7 +33,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--limit", type=int, default=None, help="evaluate a random sample of N questions")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of training (default 0)")
     p.add_argument("--json", type=Path, help="write one record per (variant, budget) here")
-    p.add_argument("--per-question", type=Path, help="write evidence, pool and slate hits per question (JSONL)")
+    p.add_argument("--per-question", type=Path,
+                   help="write each question's evidence, its pool and final ranks, and slate hits (JSONL)")
     p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
     device_arg(p)
     _rerank_arg(p)

@@ -41,6 +41,15 @@ def test_metrics_match_hand_computed_values():
     assert (s["lost_never_in_pool"], s["lost_to_budget"], s["questions"]) == (1, 1, 4)
 
 
+def test_missing_evidence_is_counted_by_its_pool_rank():
+    def missing(ranks, items=50):
+        return Outcome("x", frozenset("abcd"), frozenset("abcd"), frozenset(), missing_pool_ranks=ranks,
+                       slate_items=items)
+    s = summarize([missing((3, 20)), missing((64, 65, 500, None), 40), missing((), 60)])
+    assert s["missing_evidence_by_pool_rank"] == {"1-16": 1, "17-64": 2, "65-128": 1, "129+": 1, "not_in_pool": 1}
+    assert s["slate_items_p50"] == 50
+
+
 def test_empty_sets_give_no_figure_rather_than_a_fake_one():
     assert slate_completeness([]) is None
     assert conditional_ranking_completeness([O("a", "", "")]) is None
@@ -96,6 +105,10 @@ def test_locomo_file_runs_end_to_end_and_json_matches_the_table(home, tmp_path, 
         assert set(r["by_category"]) == {"1", "2", "4"}
     lines = [json.loads(l) for l in per_q.read_text().splitlines()]
     assert {tuple(l["evidence"]) for l in lines} == {("D1:1",), ("D1:2",), ("D1:1", "D2:1")}
+    for l in lines:  # where each evidence turn ranked, and how many items each slate holds
+        assert set(l["evidence_rank"]) == set(l["evidence_pool_rank"]) == set(l["evidence"])
+        assert all(1 <= r <= l["slate_items"]["300"] for r in l["evidence_rank"].values())
+        assert l["slate_items"]["300"] <= l["slate_items"]["400"]
 
 
 def test_longmemeval_file_uses_the_question_day_as_cut_off(home, tmp_path, capsys):
