@@ -124,6 +124,16 @@ def project_prompts(case: Case) -> dict[str, list]:
             "project_prompts": [(p, text, None) for p in case.projects for text in CODING_PROMPTS]}
 
 
+def first_items(case: Case, n: int) -> Case:
+    """A coding-set file as a new user's memory holds it: each project's first `n` items (in
+    writing order, so every decision a kept one supersedes is kept too) and the answerable
+    questions whose evidence lies within them."""
+    projects = {p: items[:n] for p, items in case.projects.items()}
+    kept = {p: {item.get("ref") or item.get("path") for item in items} for p, items in projects.items()}
+    questions = [q for q in case.questions if q.answerable and q.evidence <= kept.get(q.project, set())]
+    return Case(f"{case.case_id}[:{n}]", projects, questions)
+
+
 def summary(values: dict[str, list[float]], thresholds: list[float]) -> dict[str, Any]:
     """AUROC of each held-out answerable kind against each other kind, medians, and per threshold
     the share of each kind a hook would answer."""
@@ -177,18 +187,23 @@ def main() -> int:
                     help="the ranker file the second configuration uses (default: the shipped one for its models)")
     ap.add_argument("--bm25-ranker-model", type=Path, default=None,
                     help="the ranker file the BM25-only configuration uses (default: the shipped one)")
+    ap.add_argument("--coding-first", type=int, default=None, metavar="N",
+                    help="keep only each coding project's first N items and the questions they answer "
+                         "(a new user's small store)")
     ap.add_argument("--others", type=int, default=40, help="questions of other histories asked of each")
     ap.add_argument("--out", type=Path, required=True, help="where the JSON results go")
     args = ap.parse_args()
     sets = {name: list(read_cases(name, paths)) for name, paths in
             (("longmemeval", args.longmemeval), ("locomo", args.locomo), ("coding", args.coding)) if paths}
+    if args.coding_first and "coding" in sets:
+        sets["coding"] = [first_items(c, args.coding_first) for c in sets["coding"]]
     configurations = [run_configuration("bm25-only", sets, None, args.others, args.bm25_ranker_model)]
     if args.models_home:
         active = json.loads((args.models_home / "models" / "active.json").read_text())
         chosen = {k: v for k, v in sets.items() if args.models_datasets is None or k in args.models_datasets}
         configurations.append(run_configuration(" + ".join(active.values()), chosen, args.models_home, args.others,
                                              args.ranker_model))
-    write_result(args.out, {"benchmark": "hook_evidence", "budget": PROMPT_BUDGET,
+    write_result(args.out, {"benchmark": "hook_evidence", "budget": PROMPT_BUDGET, "coding_first": args.coding_first,
                             "ranker_models": [str(p) if p else None for p in (args.bm25_ranker_model, args.ranker_model)],
                             "files": {name: [c.case_id for c in cases] for name, cases in sets.items()},
                             "configurations": configurations})

@@ -31,7 +31,7 @@ from typing import Any
 from harness import percentiles, write_result
 from hook_evidence import CODING_PROMPTS
 
-from agentmemrec.ranking.eval.benchmarks import read_cases
+from agentmemrec.ranking.eval.benchmarks import PROJECT, read_cases
 
 CLI = [sys.executable, "-m", "agentmemrec.server.cli"]
 DECISIONS = [{"kind": "decision", "ref": f"adr-{i}", "title": f"Decision {i}", "status": status,
@@ -60,7 +60,7 @@ def prepare(home: Path, data: Path, models_home: Path | None, env: dict[str, str
     if models_home is not None:
         shutil.copytree(models_home / "models", home / "models")
     items = home.parent / "items.jsonl"
-    items.write_text("\n".join(json.dumps(i) for i in [*case.items, *DECISIONS]) + "\n")
+    items.write_text("\n".join(json.dumps(i) for i in [*case.projects[PROJECT], *DECISIONS]) + "\n")
     subprocess.run([*CLI, "import", str(items), "--project", "conv"], check=True, capture_output=True, env=env)
     secret = subprocess.run([*CLI, "tokens", "add", "bench", "--projects", "conv"], check=True,
                             capture_output=True, text=True, env=env).stdout.strip()
@@ -124,7 +124,9 @@ def run(data: Path, models_home: Path | None, rounds: int) -> dict[str, Any]:
         finally:
             server.terminate()
             server.wait(timeout=60)
-    return {"configuration": "with-embedder" if models_home else "bm25-only", "events": rounds * len(prompts),
+    active = json.loads((models_home / "models" / "active.json").read_text()) if models_home else {}
+    name = " + ".join(v for v in active.values() if v) or "bm25-only"
+    return {"configuration": name, "events": rounds * len(prompts),
             "load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2), **result}
 
 

@@ -500,15 +500,17 @@ def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
     head = ["configuration", "prompts (n)", *(f"{SIGNAL_LABELS[signal]} >= {t:g}" for t in wanted),
             *(f"AUROC vs {HOOK_KINDS[p].split(' (')[1][:-1]}" for p in positives)]
     rows = []
-    for c in docs[0]["configurations"]:
-        found = c["signals"][signal]
-        by = {r["threshold"]: r for r in found["answered_by_threshold"]}
-        for key, label in HOOK_KINDS.items():
-            if key not in by[wanted[0]]:
-                continue
-            aurocs = [found["auroc"].get(p, {}).get(key) for p in positives]
-            rows.append([c["configuration"], f"{label} ({c['queries'][key]})", *(pct(by[t][key]) for t in wanted),
-                         *("" if a is None else f"{a:.3f}" for a in aurocs)])
+    for doc in docs:  # a file per store size (`--coding-first N`: each project's first N items)
+        first = f", first {doc['coding_first']} items" if doc.get("coding_first") else ""
+        for c in doc["configurations"]:
+            found = c["signals"][signal]
+            by = {r["threshold"]: r for r in found["answered_by_threshold"]}
+            for key, label in HOOK_KINDS.items():
+                if key not in by[wanted[0]]:
+                    continue
+                aurocs = [found["auroc"].get(p, {}).get(key) for p in positives]
+                rows.append([c["configuration"] + first, f"{label} ({c['queries'][key]})",
+                             *(pct(by[t][key]) for t in wanted), *("" if a is None else f"{a:.3f}" for a in aurocs)])
     return grid(head, rows) + [sources(paths, [f"hook budget {docs[0]['budget']} tokens"])]
 
 
