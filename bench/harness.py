@@ -26,6 +26,15 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
             "p99_ms": round(float(p99), 2)}
 
 
+def models_label(models_home: Path | None) -> str:
+    """A configuration's name: the models active in `models_home` ("bge-small-en-v1.5 +
+    ms-marco-MiniLM-L-12-v2"), or bm25-only when there is none."""
+    if models_home is None:
+        return "bm25-only"
+    active = json.loads((models_home / "models" / "active.json").read_text())
+    return " + ".join(name for name in active.values() if name) or "bm25-only"
+
+
 def write_result(path: Path, result: dict[str, Any]) -> None:
     """A benchmark's JSON result, with the machine it ran on and how busy it was at the end."""
     result = {**result, "machine": {"cpus": os.cpu_count(), "load_1m_end": round(os.getloadavg()[0], 2),

@@ -9,7 +9,8 @@ is stored from prompts about something else, through the product's own write and
 - answerable, held out: the coding set's held-out file (bench/coding/coding-holdout.json), which
   no shipped ranker was trained on, each answerable question asked of its project at its time;
 - answerable, trained on: LongMemEval-S and LoCoMo questions asked of their own history. The
-  shipped rankers were trained on them (every ranker on the first 60 LongMemEval-S files by name),
+  shipped rankers were trained on them (the lexical one on the first 60 LongMemEval-S files by
+  name, the others on every file),
   so their scores are optimistic: they are reported,
   never used to choose a threshold;
 - unrelated: hand-written coding-assistant prompts asked of every history and of every project of
@@ -33,7 +34,6 @@ kind's median, and per threshold the share of each kind a hook would answer.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness import write_result
+from harness import models_label, write_result
 from tqdm import tqdm
 
 from agentmemrec.indexing.dense.backfill import embed_pending
-from agentmemrec.ranking.eval.benchmarks import PROJECT, Case, read_cases
+from agentmemrec.ranking.eval.benchmarks import PROJECT, Case, item_refs, read_cases
 from agentmemrec.ranking.eval.evaluate import open_cache
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.hook_process import PROMPT_BUDGET
@@ -129,7 +129,7 @@ def first_items(case: Case, n: int) -> Case:
     writing order, so every decision a kept one supersedes is kept too) and the answerable
     questions whose evidence lies within them."""
     projects = {p: items[:n] for p, items in case.projects.items()}
-    kept = {p: {item.get("ref") or item.get("path") for item in items} for p, items in projects.items()}
+    kept = {p: item_refs(items) for p, items in projects.items()}
     questions = [q for q in case.questions if q.answerable and q.evidence <= kept.get(q.project, set())]
     return Case(f"{case.case_id}[:{n}]", projects, questions)
 
@@ -175,7 +175,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--locomo", type=Path, nargs="*", default=[], help="LoCoMo files or folders")
     ap.add_argument("--longmemeval", type=Path, nargs="*", default=[],
-                    help="LongMemEval-S files the shipped rankers were trained on (every one on the first 60)")
+                    help="LongMemEval-S files the shipped rankers were trained on (all of them on the first 60)")
     ap.add_argument("--coding", type=Path, nargs="*", default=[],
                     help="coding-set files the shipped ranker was not trained on (the held-out set)")
     ap.add_argument("--models-home", type=Path, default=None,
@@ -199,10 +199,9 @@ def main() -> int:
         sets["coding"] = [first_items(c, args.coding_first) for c in sets["coding"]]
     configurations = [run_configuration("bm25-only", sets, None, args.others, args.bm25_ranker_model)]
     if args.models_home:
-        active = json.loads((args.models_home / "models" / "active.json").read_text())
         chosen = {k: v for k, v in sets.items() if args.models_datasets is None or k in args.models_datasets}
-        configurations.append(run_configuration(" + ".join(active.values()), chosen, args.models_home, args.others,
-                                             args.ranker_model))
+        configurations.append(run_configuration(models_label(args.models_home), chosen, args.models_home,
+                                                args.others, args.ranker_model))
     write_result(args.out, {"benchmark": "hook_evidence", "budget": PROMPT_BUDGET, "coding_first": args.coding_first,
                             "ranker_models": [str(p) if p else None for p in (args.bm25_ranker_model, args.ranker_model)],
                             "files": {name: [c.case_id for c in cases] for name, cases in sets.items()},

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness import percentiles, write_result
+from harness import models_label, percentiles, write_result
 from hook_evidence import CODING_PROMPTS
 
 from agentmemrec.ranking.eval.benchmarks import PROJECT, read_cases
@@ -124,9 +124,7 @@ def run(data: Path, models_home: Path | None, rounds: int) -> dict[str, Any]:
         finally:
             server.terminate()
             server.wait(timeout=60)
-    active = json.loads((models_home / "models" / "active.json").read_text()) if models_home else {}
-    name = " + ".join(v for v in active.values() if v) or "bm25-only"
-    return {"configuration": name, "events": rounds * len(prompts),
+    return {"configuration": models_label(models_home), "events": rounds * len(prompts),
             "load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2), **result}
 
 

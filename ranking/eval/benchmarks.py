@@ -49,6 +49,11 @@ class Case:
     questions: list[Question]
 
 
+def item_refs(items: list[Any]) -> set[str]:
+    """The refs a coding-set question's evidence may name: each item's ref, else its path."""
+    return {it.get("ref") or it.get("path") for it in items if isinstance(it, dict)}
+
+
 def files_under(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
@@ -167,8 +172,7 @@ def coding_case(record: dict[str, Any], case_id: str) -> Case:
     projects = {name: body.get("items") for name, body in (record.get("projects") or {}).items()}
     if not projects or not all(isinstance(items, list) and items for items in projects.values()):
         raise InputError(f"{where}: \"projects\" must map each project name to {{\"items\": [...]}}")
-    refs = {name: {it.get("ref") or it.get("path") for it in items if isinstance(it, dict)}
-            for name, items in projects.items()}
+    refs = {name: item_refs(items) for name, items in projects.items()}
     questions = [_coding_question(q, i, where, refs) for i, q in enumerate(record.get("questions") or [])]
     if not questions:
         raise InputError(f"{where}: no questions")
