@@ -299,7 +299,8 @@ class Memory:
         return {
             "slate_id": slate.slate_id, "query": selection.query, "budget": slate.budget,
             "as_of": selection.as_of.isoformat() if selection.as_of else None, "ranker": self.ranker.name,
-            "channels": list(pool.channels), "models": self.models(), "pool_size": pool_size,
+            "channels": list(pool.channels), "dense_query": self._dense_query(selection),
+            "models": self.models(), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),
                        "headers": slate.tokens_used - slate.fixed_tokens
@@ -308,6 +309,12 @@ class Memory:
             "excluded_as_of": len(selection.excluded), "notes": list(slate.notes),
             "pool": pack_pool(slate, selection.ranked, selection.inputs, pool.channels, pool.cut_off),
         }
+
+    def _dense_query(self, selection: "Selection") -> str | None:
+        """What the embedder read for the query: the dense channel leaves out the project's
+        speaker names (indexing/dense/index.py, `without_speakers`)."""
+        dense = next((ch for ch in self.channels if isinstance(ch, DenseChannel)), None)
+        return dense.query_text(selection.project, selection.query) if dense else None
 
     # ---- explanation ------------------------------------------------------------------------
 

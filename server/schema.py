@@ -149,6 +149,8 @@ class Explanation(BaseModel):
     as_of: str | None
     ranker: str
     channels: list[str]
+    dense_query: str | None = Field(default=None, description="What the embedder read for the query: "
+                                    "the query without the names of the project's speakers")
     models: dict[str, Any] = Field(default_factory=dict, description="The pipeline that ran: embedder, "
                                    "cross-encoder (and how many candidates it scored) and ranker file")
     pool_size: int

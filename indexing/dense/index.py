@@ -12,11 +12,12 @@ a larger one keeps its rows as float16, as the store does, and searches a graph
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -143,6 +144,7 @@ class DenseIndex:
         self.store = store
         self.embedder = embedder
         self.vectors = store.vectors(embedder.identity)
+        self.speakers = SpeakerNames(store)
         self.ann_min_units = ann_min_units
         self._graphs = Path(store.index_dir) / "dense" if store.index_dir else None
         self._snapshots: SnapshotCache[DenseSnapshot] = SnapshotCache(
@@ -193,8 +195,55 @@ class DenseIndex:
         return self.snapshot(project).ann
 
 
+class SpeakerNames:
+    """The names that speak in each project's turns, kept per store generation: after a write
+    only the units written since are read. A name nobody speaks any more stays until the change
+    log no longer reaches back, which costs no more than a name left out of a query."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._known: dict[str, tuple[int, frozenset[str]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, project: str) -> frozenset[str]:
+        generation = self.store.generation(project)
+        with self._lock:
+            known = self._known.get(project)
+        if known is not None and known[0] == generation:
+            return known[1]
+        changed = self.store.changed_between(project, known[0], generation) if known is not None else None
+        names = (known[1] | self.store.speakers(project, changed) if known is not None and changed is not None
+                 else frozenset(self.store.speakers(project)))
+        with self._lock:
+            self._known[project] = (generation, names)
+        return names
+
+
+@cache
+def _names_pattern(names: frozenset[str]) -> re.Pattern[str] | None:
+    words = sorted((n for n in names if len(n.strip()) > 1), key=len, reverse=True)
+    if not words:
+        return None
+    return re.compile(r"\b(?:" + "|".join(re.escape(n.strip()) for n in words) + r")(?:'s)?\b", re.IGNORECASE)
+
+
+def without_speakers(query: str, names: Iterable[str]) -> str:
+    """The query as the dense channel embeds it: without the names of the project's speakers.
+    A name in a question says whose turns to read, which the ranker takes from each turn's speaker
+    (`speaker_in_query`) and BM25 from its indexed text. To an embedder it is a topic, and the
+    turns that carry a person's name are mostly the other side addressing them ("Wow, Melanie!
+    What's new?"), so a question about what Melanie did drew the replies to her
+    (docs/evaluation.md measures it). The query stays whole when nothing but names is left."""
+    pattern = _names_pattern(frozenset(names))
+    if pattern is None:
+        return query
+    topic = " ".join(pattern.sub(" ", query).split())
+    return topic if any(ch.isalnum() for ch in topic) else query
+
+
 class DenseChannel:
-    """The dense candidate channel: the query embedded once, searched over the snapshot."""
+    """The dense candidate channel: the query embedded once (without the project's speaker
+    names: `without_speakers`), searched over the snapshot."""
 
     name = "dense"
 
@@ -202,16 +251,21 @@ class DenseChannel:
         self.index = index
         self._last: tuple[str, np.ndarray] | None = None
 
-    def query_vector(self, query: str) -> np.ndarray:
+    def query_text(self, project: str, query: str) -> str:
+        """What the embedder reads for `query` in `project`."""
+        return without_speakers(query, self.index.speakers(project))
+
+    def query_vector(self, project: str, query: str) -> np.ndarray:
+        text = self.query_text(project, query)
         last = self._last
-        if last is None or last[0] != query:
-            last = (query, self.index.embedder.embed([query])[0])
+        if last is None or last[0] != text:
+            last = (text, self.index.embedder.embed([text])[0])
             self._last = last
         return last[1]
 
     def search(self, project: str, query: str, k: int, exclude: set[int]) -> list[DenseHit]:
-        return self.index.snapshot(project).search(self.query_vector(query), k, exclude)
+        return self.index.snapshot(project).search(self.query_vector(project, query), k, exclude)
 
     def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
         """Cosine similarity of given units (absent for a unit not embedded yet)."""
-        return self.index.snapshot(project).lookup(self.query_vector(query), ids)
+        return self.index.snapshot(project).lookup(self.query_vector(project, query), ids)

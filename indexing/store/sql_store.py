@@ -300,6 +300,14 @@ class SqlStore(ABC):
             "SELECT id, session, recorded_at FROM units WHERE project = ? AND session IN "
             "(SELECT unnest(?::VARCHAR[])) ORDER BY session, recorded_at, seq, id", [project, names])
 
+    def speakers(self, project: str, ids: set[int] | None = None) -> set[str]:
+        """The names that speak in a project's turns (`speaker`), or in the units `ids`."""
+        if ids is not None and not ids:
+            return set()
+        where, params = self.id_filter("id", sorted(ids)) if ids is not None else ("true", [])
+        return {r[0] for r in self.fetch(f"SELECT DISTINCT speaker FROM units WHERE project = ? AND {where} "
+                                         "AND speaker IS NOT NULL", [project, *params])}
+
     def sessions_of(self, project: str, ids: set[int]) -> set[str]:
         if not ids:
             return set()

@@ -147,3 +147,36 @@ def test_close_stops_the_embedder_after_its_batch_and_waits_for_it(tmp_path, cap
     store = DuckDBStore(tmp_path / "m.duckdb")
     assert store.cursor().execute("SELECT count(*) FROM vectors").fetchone()[0] == EMBED_BATCH
     store.close()
+
+
+def test_the_dense_query_leaves_out_the_projects_speakers(tmp_path):
+    """A name in a question says whose turns to read: the ranker's speaker features use it. To
+    the embedder it would be a topic, and the turns that carry it are the other side's replies
+    addressing that person."""
+    memory = memory_with(tmp_path, BagOfWords(), background=False)
+    memory.remember("p", [
+        {"kind": "turn", "ref": "pottery", "speaker": "Melanie", "text": "I joined a pottery class"},
+        {"kind": "turn", "ref": "reply", "speaker": "Caroline", "text": "Wow Melanie, so cool. Melanie, tell me more"}])
+    memory.remember("q", [{"kind": "turn", "ref": "other", "speaker": "Gina", "text": "Gina's store opened"}])
+    embed_pending(memory.dense.vectors, memory.dense.embedder)
+    dense = memory.channels[1]
+    ids = {ref: memory.store.ids_for("p", ref)[0] for ref in ("pottery", "reply")}
+
+    slate = memory.recall("p", "What class did Melanie's friend join, Melanie?")
+    why = memory.explain(slate.slate_id, {"p"})
+    assert why["dense_query"] == "What class did friend join, ?"
+    ranks = {c["ref"]: c["channels"]["dense"]["rank"] for c in why["candidates"] if "dense" in c["channels"]}
+    assert ranks["pottery"] == 1 and ranks["reply"] == 2
+    # with the names kept, the embedder would have put the reply first
+    kept = memory.dense.snapshot("p").search(memory.dense.embedder.embed(
+        ["What class did Melanie's friend join, Melanie?"])[0], 2, set())
+    assert kept[0].unit_id == ids["reply"]
+    assert dense.score_units("p", "melanie class", [ids["pottery"]]) == \
+        dense.score_units("p", "class", [ids["pottery"]])
+
+    assert dense.query_text("p", "Melanie?") == "Melanie?"  # nothing but a name: left whole
+    assert dense.query_text("p", "what did Gina open") == "what did Gina open"  # another project's speaker
+    assert dense.query_text("q", "what did Gina open") == "what did open"
+    memory.remember("p", [{"kind": "turn", "ref": "jon", "speaker": "Jon", "text": "the studio opened"}])
+    assert dense.query_text("p", "when did jon open the studio") == "when did open the studio"  # a new speaker
+    memory.close()
