@@ -15,7 +15,7 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass, field, replace
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
@@ -219,7 +219,7 @@ class SpeakerNames:
         return names
 
 
-@cache
+@lru_cache(maxsize=64)  # a pattern per set of names: a new speaker makes a new set
 def _names_pattern(names: frozenset[str]) -> re.Pattern[str] | None:
     words = sorted((n for n in names if len(n.strip()) > 1), key=len, reverse=True)
     if not words:

@@ -246,6 +246,22 @@ def test_session_order_follows_a_turn_added_after_it_was_read(reopen):
 
 
 @BOTH
+def test_a_projects_speakers_are_followed_through_writes(reopen):
+    """The dense channel leaves these names out of its query (tests/indexing/dense)."""
+    from agentmemrec.indexing.dense.index import SpeakerNames
+    store = reopen()
+    [melanie, _] = write(store, "p", {"kind": "turn", "speaker": "Melanie", "text": "pottery class"},
+                         {"kind": "turn", "role": "user", "text": "no speaker named"})
+    write(store, "q", {"kind": "turn", "speaker": "Gina", "text": "another project's speaker"})
+    names = SpeakerNames(store)
+    assert store.speakers("p") == {"Melanie"} and names("p") == {"Melanie"}
+    assert store.speakers("p", set(melanie.ids)) == {"Melanie"} and store.speakers("p", set()) == set()
+    write(store, "p", {"kind": "turn", "speaker": "Caroline", "text": "wow"})
+    assert names("p") == {"Melanie", "Caroline"} and names("q") == {"Gina"}
+    store.close()
+
+
+@BOTH
 def test_a_warm_start_reads_sessions_and_the_newest_units_before_any_recall(reopen, monkeypatch):
     from agentmemrec.indexing.store.sessions import SessionIndex
     store = reopen()
