@@ -59,6 +59,7 @@ class Selection:
     excluded: set[int]
     inputs: SlateInputs
     strength: float | None = None  # how strongly the ranking answers the query (see ranking/strength.py)
+    dense_query: str | None = None  # what the embedder read for the query (DenseChannel.query_text)
 
 
 @dataclass(frozen=True)
@@ -230,8 +231,10 @@ class Memory:
         sessions = self.sessions.around(project, (u.session for u in units), units)
         context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
         ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
+        dense = next((ch for ch in self.channels if isinstance(ch, DenseChannel)), None)
         return Selection(project, query, as_of, pool, ranked, excluded,
-                         self._slate_inputs(project, ranked, excluded, sessions), self.ranker.strength(ranked))
+                         self._slate_inputs(project, ranked, excluded, sessions), self.ranker.strength(ranked),
+                         dense.query_text(project, query) if dense else None)
 
     def _say_problems(self) -> None:
         """Each degradation is logged once, at the first recall (commands that never recall are quiet)."""
@@ -299,7 +302,7 @@ class Memory:
         return {
             "slate_id": slate.slate_id, "query": selection.query, "budget": slate.budget,
             "as_of": selection.as_of.isoformat() if selection.as_of else None, "ranker": self.ranker.name,
-            "channels": list(pool.channels), "dense_query": self._dense_query(selection),
+            "channels": list(pool.channels), "dense_query": selection.dense_query,
             "models": self.models(), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),
@@ -309,12 +312,6 @@ class Memory:
             "excluded_as_of": len(selection.excluded), "notes": list(slate.notes),
             "pool": pack_pool(slate, selection.ranked, selection.inputs, pool.channels, pool.cut_off),
         }
-
-    def _dense_query(self, selection: "Selection") -> str | None:
-        """What the embedder read for the query: the dense channel leaves out the project's
-        speaker names (indexing/dense/index.py, `without_speakers`)."""
-        dense = next((ch for ch in self.channels if isinstance(ch, DenseChannel)), None)
-        return dense.query_text(selection.project, selection.query) if dense else None
 
     # ---- explanation ------------------------------------------------------------------------
 

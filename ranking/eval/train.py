@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
@@ -145,8 +145,7 @@ def rank_group(g: Group, model: RankerModel, drop: Sequence[str] = ()) -> list[S
 
 
 def _with_ranking(selection: Selection, ranked: list, strength: float | None) -> Selection:
-    return Selection(selection.project, selection.query, selection.as_of, selection.pool, ranked,
-                     selection.excluded, selection.inputs, strength)
+    return replace(selection, ranked=ranked, strength=strength)
 
 
 def fit_strength(groups: Sequence[Group], model: RankerModel, drop: Sequence[str] = ()) -> StrengthModel | None:
