@@ -38,6 +38,9 @@ PARAMS: dict[str, Any] = {
     "objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10, 30], "learning_rate": 0.05,
     "num_leaves": 31, "min_data_in_leaf": 20, "feature_fraction": 0.9, "bagging_fraction": 0.9,
     "bagging_freq": 1, "lambdarank_truncation_level": 64, "verbose": -1, "num_threads": 2,
+    # the same data and seed give the same trees: sums over threads in a fixed order (row-wise
+    # histograms), so a retrained ranker or a rerun cross-validation repeats to the last digit
+    "deterministic": True, "force_row_wise": True,
 }
 ROUNDS, PATIENCE = 600, 50
 ENSEMBLE = 5  # boosters per model, seeds seed .. seed + ENSEMBLE - 1, scores averaged
