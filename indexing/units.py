@@ -28,6 +28,9 @@ MAX_TEXT_BYTES = 128 * 1024
 MAX_FIELD_CHARS = 512
 MAX_BATCH = 1000
 NOTE_CHUNK_TOKENS = 320
+# A turn longer than this (a pasted log, a long answer) is stored as parts of at most TURN_PART_TOKENS,
+# so each part can enter a slate: whole, it could outgrow the budget and never be recalled.
+TURN_SPLIT_TOKENS, TURN_PART_TOKENS = 1024, 512
 PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Single-line fields (ref, session, speaker, title, path) are rendered inside a slate's item
 # header, so they may hold no line break of any kind and no control character (tab aside).
@@ -265,9 +268,14 @@ def content_hash(item: Item) -> str:
 
 
 def chunk_item(item: Item) -> list[Chunk]:
-    """Notes split by heading into chunks of a few hundred tokens; other kinds are one chunk."""
+    """Notes split by heading into chunks of a few hundred tokens; a turn over TURN_SPLIT_TOKENS
+    into parts by paragraph; any other item is one chunk."""
     if item.kind != "note":
-        return [Chunk(0, item.text, None, count_tokens(item.text))]
+        tokens = count_tokens(item.text)
+        if item.kind != "turn" or tokens <= TURN_SPLIT_TOKENS:
+            return [Chunk(0, item.text, None, tokens)]
+        parts = _pack(item.text.strip(), TURN_PART_TOKENS)
+        return [Chunk(i, text, None, count_tokens(text)) for i, text in enumerate(parts)]
     pieces: list[tuple[str | None, str]] = []
     for heading, body in _sections(item.text):
         pieces.extend((heading, part) for part in _pack(body, NOTE_CHUNK_TOKENS))

@@ -173,12 +173,11 @@ def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str
     return set(random.Random(seed).sample(qids, limit))
 
 
-def _lost_to(selection: Selection, slate_refs: set[str], evidence: frozenset[str]) -> str | None:
-    """For a complete pool and incomplete slate: 'ranking' if some missing evidence ranked below
-    the last item that made the slate, else 'budget' (it ranked higher but did not fit)."""
-    included = [sc.rank for sc in selection.ranked if sc.unit.ref in slate_refs]
-    cutoff = max(included, default=0)
-    missing = [sc.rank for sc in selection.ranked if sc.unit.ref in evidence - slate_refs]
+def _lost_to(selection: Selection, slate_ids: set[int], evidence: frozenset[str]) -> str | None:
+    """For a complete pool and incomplete slate: 'ranking' if some missing evidence unit ranked
+    below the last item that made the slate, else 'budget' (it ranked higher but did not fit)."""
+    cutoff = max((sc.rank for sc in selection.ranked if sc.unit.id in slate_ids), default=0)
+    missing = [sc.rank for sc in selection.ranked if sc.unit.ref in evidence and sc.unit.id not in slate_ids]
     return "ranking" if any(r > cutoff for r in missing) else "budget"
 
 
@@ -291,10 +290,13 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
         t1 = time.perf_counter()
         slate = build(selection, budget)
         run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
-        refs = {it.unit.ref for it in slate.items if it.unit.project == q.project}
+        # a turn stored in parts (indexing/units.py) is in the slate when each of its pooled parts is
+        ids = {it.unit.id for it in slate.items}
+        partial = {c.unit.ref for c in selection.pool.candidates if c.unit.kind == "turn" and c.unit.id not in ids}
+        refs = {it.unit.ref for it in slate.items if it.unit.project == q.project} - partial
         lost = None
         if q.evidence and q.evidence <= pool and not q.evidence <= refs:
-            lost = _lost_to(selection, refs, q.evidence)
+            lost = _lost_to(selection, ids, q.evidence)
         checks = slate_violations(slate, q.project, selection.inputs)
         missing = tuple(pool_rank.get(e) for e in sorted(q.evidence - refs))
         run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost, q.qid,

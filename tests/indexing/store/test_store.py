@@ -306,3 +306,20 @@ def test_only_the_newest_explanations_are_kept_per_project(home, monkeypatch, st
     assert all(c["features"]["bm25_rank"] is not None and c["features"]["dense_cosine"] is None for c in kept)
     assert memory.explain(other, {"q"})["slate_id"] == other  # another project's are its own
     memory.close()
+
+
+@BOTH
+def test_a_turn_longer_than_a_slate_is_stored_in_parts_each_of_which_can_be_recalled(memory):
+    filler = "\n\n".join(f"Line {i}: the build log scrolls past with nothing of note in it." for i in range(160))
+    needle = "The flaky test came from the Kafka consumer rebalancing while the payments migration ran."
+    text = f"{filler}\n\n{needle}\n\n{filler}"
+    [long] = memory.remember("p", [{"kind": "turn", "text": text, "ref": "log", "role": "assistant",
+                                    "session": "s1"}])
+    [short] = memory.remember("p", [{"kind": "turn", "text": "A short turn stays whole.", "session": "s1"}])
+    parts = memory.store.units("p", long.ids)
+    assert len(long.ids) >= 3 and len(short.ids) == 1
+    assert all(u.ref == "log" and u.tokens <= 520 for u in parts.values())
+    assert sum(u.tokens for u in parts.values()) > 2700  # whole, it could never fit the default slate
+    slate = memory.recall("p", "why was the test flaky: Kafka consumer rebalancing?")
+    assert any(needle in it.unit.text for it in slate.items) and slate.tokens_used <= 2700
+    assert memory.forget("p", ["log"]) and memory.store.count_units("p") == 1

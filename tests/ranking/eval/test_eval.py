@@ -179,3 +179,19 @@ def test_features_are_the_same_whether_the_embedding_cache_was_cold_warm_or_off(
     finally:
         cache.close()
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_an_evidence_turn_stored_in_parts_counts_only_when_each_pooled_part_is_in_the_slate(home, tmp_path):
+    path = tmp_path / "long.json"
+    longmemeval_file(path)
+    record = json.loads(path.read_text())
+    pottery = "\n\n".join(f"Session {i} of the pottery class: we glazed bowls and cleaned the wheel." for i in range(120))
+    record["haystack_sessions"][0][0]["content"] = pottery + "\n\nThe pottery class took 3 hours."
+    path.write_text(json.dumps(record))
+    out = tmp_path / "r.json"
+    assert main(["eval", "longmemeval", str(path), "--budget", "700", "--budget", "4000", "--json", str(out)]) == 0
+    by_budget = {r["budget"]: r for r in json.loads(out.read_text())["records"]}
+    assert by_budget[700]["pool_completeness"] == 1.0  # every part reached the pool
+    assert by_budget[700]["slate_completeness"] == 0.0  # a part fits, the whole turn does not
+    assert by_budget[700]["lost_in_ranking"] + by_budget[700]["lost_to_budget"] == 1
+    assert by_budget[4000]["slate_completeness"] == 1.0
