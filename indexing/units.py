@@ -274,13 +274,11 @@ def chunk_item(item: Item) -> list[Chunk]:
         tokens = count_tokens(item.text)
         if item.kind != "turn" or tokens <= TURN_SPLIT_TOKENS:
             return [Chunk(0, item.text, None, tokens)]
-        parts = _pack(item.text.strip(), TURN_PART_TOKENS)
-        return [Chunk(i, text, None, count_tokens(text)) for i, text in enumerate(parts)]
-    pieces: list[tuple[str | None, str]] = []
-    for heading, body in _sections(item.text):
-        pieces.extend((heading, part) for part in _pack(body, NOTE_CHUNK_TOKENS))
-    if not pieces:  # headings and nothing under them: the headings are the content
-        pieces = [(None, part) for part in _pack(item.text.strip(), NOTE_CHUNK_TOKENS)]
+        pieces: list[tuple[str | None, str]] = [(None, part) for part in _pack(item.text.strip(), TURN_PART_TOKENS)]
+    else:
+        pieces = [(heading, part) for heading, body in _sections(item.text) for part in _pack(body, NOTE_CHUNK_TOKENS)]
+        if not pieces:  # headings and nothing under them: the headings are the content
+            pieces = [(None, part) for part in _pack(item.text.strip(), NOTE_CHUNK_TOKENS)]
     return [Chunk(i, text, heading, count_tokens(text)) for i, (heading, text) in enumerate(pieces)]
 
 

@@ -36,8 +36,8 @@ def test_cached_units_are_bounded_by_their_bytes(tmp_path, monkeypatch):
     memory = Memory(store, [])
     results = memory.remember("p", [turn(f"{i} " + "long text " * 6000) for i in range(40)])
     ids = [i for r in results for i in r.ids]
-    # each turn is stored in parts (indexing/units.py): several MiB of units in all
-    assert len(ids) > 40 and sum(len(u.text) for u in store.units("p", ids).values()) > 2 << 20
-    assert len(store.units("p", ids)) == len(ids)  # all returned, while at most 1 MiB of them stays cached
+    units = store.units("p", ids)  # each turn is stored in parts (indexing/units.py): several MiB in all
+    assert len(ids) > 40 and sum(len(u.text) for u in units.values()) > 2 << 20
+    assert len(units) == len(ids)  # all returned, while at most 1 MiB of them stays cached
     assert store.cached_bytes <= 1 << 20
     memory.close()
