@@ -50,6 +50,12 @@ THREADS_FROM_ROWS = 256
 _HELPERS = min(os.cpu_count() or 1, 4) - 1  # beside the calling thread
 _BOOSTERS = ThreadPoolExecutor(max_workers=max(_HELPERS, 1), thread_name_prefix="booster")
 ROW_NAMES = (*FEATURE_NAMES, "cross_encoder")  # a ranked candidate's features, with the raw logit
+# Stage 4 fills a fixed budget, so a unit several times a typical item's length takes the room of
+# several that may hold evidence, and a larger budget can let it in ahead of evidence that a smaller
+# budget kept. The model scores relevance alone; past LONG_UNIT_TOKENS, each e-fold of length costs
+# a unit LENGTH_COST standard deviations of its query's scores. Shorter units (every LoCoMo turn,
+# coding item and note chunk) keep the model's order. docs/evaluation.md measures it.
+LONG_UNIT_TOKENS, LENGTH_COST = 256, 0.5
 
 
 @dataclass(frozen=True)
@@ -224,11 +230,15 @@ class LearnedRanker:
 
     def order(self, candidates: Sequence[Candidate], x: np.ndarray, model: RankerModel | None = None,
               cross: Mapping[int, float] | None = None) -> list[ScoredCandidate]:
-        """Sort by model score (ties: pool order); keep each candidate's features, with the
-        cross-encoder's raw logit where it ran (`cross_encoder`, for the explanation)."""
+        """Sort by model score less its length cost (ties: pool order); keep each candidate's
+        features, with the cross-encoder's raw logit where it ran (`cross_encoder`, for the
+        explanation)."""
         model = model or self.model
-        scores = (model.predict(x) if model is not None
-                  else -np.array([c.pool_rank for c in candidates], dtype=float))
+        if model is not None:
+            scores = model.predict(x)
+            scores = scores - length_cost(scores, candidates)
+        else:
+            scores = -np.array([c.pool_rank for c in candidates], dtype=float)
         order = np.lexsort((np.fromiter((c.pool_rank for c in candidates), np.int64, len(candidates)), -scores)).tolist()
         rows, cross = x.tolist(), cross or {}
         for row, c in zip(rows, candidates):
@@ -251,6 +261,12 @@ class LearnedRanker:
             best = np.argsort(-row)[:n]
             out.append([(FEATURE_NAMES[j], round(float(row[j]), 4)) for j in best if row[j] > 0])
         return out
+
+
+def length_cost(scores: np.ndarray, candidates: Sequence[Candidate]) -> np.ndarray:
+    """What each candidate's length costs its score (LENGTH_COST): 0 up to LONG_UNIT_TOKENS."""
+    tokens = np.fromiter((c.unit.tokens for c in candidates), np.float64, len(candidates))
+    return LENGTH_COST * float(scores.std()) * np.log(np.maximum(1.0, tokens / LONG_UNIT_TOKENS))
 
 
 def _weights(identity: str | None) -> str | None:

@@ -19,7 +19,7 @@ from agentmemrec.ranking import features as F
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.dates import query_dates
 from agentmemrec.ranking.eval.train import ENSEMBLE
-from agentmemrec.ranking.learned import LearnedRanker, RankerModel, shipped_models
+from agentmemrec.ranking.learned import LENGTH_COST, LearnedRanker, RankerModel, shipped_models
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.ranking.strength import SIGNAL_NAMES
 from agentmemrec.server.app import create_server
@@ -272,6 +272,32 @@ def write_askers(path, seed: int) -> None:
         conv[f"session_{s}"] = rows
         qa.append({"question": f"Where does {pet} sleep?", "answer": place, "evidence": [f"D{s}:21"], "category": 4})
     path.write_text(json.dumps({**conv, "qa": qa}))
+
+
+class Scores:
+    """A model that gives each row the score it is told (the ranker's order is what is tested)."""
+
+    def __init__(self, scores):
+        self.scores = np.array(scores, dtype=float)
+
+    def predict(self, x):
+        return self.scores[: len(x)]
+
+
+def test_a_unit_many_times_a_slate_items_length_pays_for_its_length_in_the_ranking():
+    lengths = (1024, 100, 300, 250, 2048, 40)
+    pool = [replace(cand(i, f"unit {i}", i, {}), unit=replace(cand(i, f"unit {i}", i, {}).unit, tokens=n))
+            for i, n in enumerate(lengths, 1)]
+    scores = [1.0, 0.9, 0.55, 0.44, 3.0, 0.0]
+    ranked = LearnedRanker(None).order(pool, np.zeros((len(pool), len(F.FEATURE_NAMES))), Scores(scores))
+    # the 1,024-token unit falls below shorter ones that scored up to half a point lower; the
+    # 300-token one pays little and stays above the 250-token one (no cost up to 256 tokens); the
+    # 2,048-token one's clear lead survives
+    assert [sc.unit.id for sc in ranked] == [5, 2, 3, 4, 1, 6]
+    cost = LENGTH_COST * np.std(scores)
+    by_id = {sc.unit.id: sc.score for sc in ranked}
+    assert by_id[1] == pytest.approx(1.0 - cost * math.log(4)) and by_id[2] == 0.9 and by_id[4] == 0.44
+    assert LearnedRanker(None).order(pool, np.zeros((len(pool), 1)))[0].unit.id == 1  # no model: pool order
 
 
 def test_the_learned_ranker_beats_pool_order_where_the_features_must_decide(minilm_home, monkeypatch, tmp_path):
