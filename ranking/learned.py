@@ -53,8 +53,9 @@ ROW_NAMES = (*FEATURE_NAMES, "cross_encoder")  # a ranked candidate's features, 
 # Stage 4 fills a fixed budget, so a unit several times a typical item's length takes the room of
 # several that may hold evidence, and a larger budget can let it in ahead of evidence that a smaller
 # budget kept. The model scores relevance alone; past LONG_UNIT_TOKENS, each e-fold of length costs
-# a unit LENGTH_COST standard deviations of its query's scores. Shorter units (every LoCoMo turn,
-# coding item and note chunk) keep the model's order. docs/evaluation.md measures it.
+# a unit LENGTH_COST standard deviations of its query's scores. Shorter units (every LoCoMo turn
+# and coding item) keep the model's order; a note chunk (about 320 at most) pays about 0.11 at most.
+# docs/evaluation.md measures it.
 LONG_UNIT_TOKENS, LENGTH_COST = 256, 0.5
 
 

@@ -31,7 +31,8 @@ T = datetime(2026, 5, 1)
 
 
 def cand(uid: int, text: str, pool_rank: int, channels: dict, **unit) -> Candidate:
-    return Candidate(Unit(uid, "p", unit.pop("kind", "turn"), text, 10, T, uid, **unit), pool_rank, channels, 0.0)
+    return Candidate(Unit(uid, "p", unit.pop("kind", "turn"), text, unit.pop("tokens", 10), T, uid, **unit),
+                     pool_rank, channels, 0.0)
 
 
 def context(pool, scores, neighbours=None, query="What did Ana say about src/app/main.py in v2.3?", cross=None):
@@ -286,8 +287,7 @@ class Scores:
 
 def test_a_unit_many_times_a_slate_items_length_pays_for_its_length_in_the_ranking():
     lengths = (1024, 100, 300, 250, 2048, 40)
-    pool = [replace(cand(i, f"unit {i}", i, {}), unit=replace(cand(i, f"unit {i}", i, {}).unit, tokens=n))
-            for i, n in enumerate(lengths, 1)]
+    pool = [cand(i, f"unit {i}", i, {}, tokens=n) for i, n in enumerate(lengths, 1)]
     scores = [1.0, 0.9, 0.55, 0.44, 3.0, 0.0]
     ranked = LearnedRanker(None).order(pool, np.zeros((len(pool), len(F.FEATURE_NAMES))), Scores(scores))
     # the 1,024-token unit falls below shorter ones that scored up to half a point lower; the
