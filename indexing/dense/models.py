@@ -5,6 +5,7 @@ needed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -19,6 +20,10 @@ log = logging.getLogger(__name__)
 Role = Literal["embedder", "reranker"]
 ROLES: tuple[str, ...] = get_args(Role)
 Pooling = Literal["cls", "mean"]
+# What an embedder's authors tell readers to put before a query (not before a passage): the
+# instruction it was trained with for short queries against passages.
+BGE_QUERY = "Represent this sentence for searching relevant passages: "
+QUERY_INSTRUCTIONS = {f"BAAI/bge-{size}-en-v1.5": BGE_QUERY for size in ("small", "base", "large")}
 INSTALL_HINT = "agentmemrec models install --default  (the CPU set: bge-small-en-v1.5 and its cross-encoder)"
 
 
@@ -43,11 +48,33 @@ class Manifest:
     # repository) and the licence its authors publish; None for older installs.
     origin: str | None = None
     license: str | None = None
+    # Embedders: the text put before each query; None (and installs older than the field) means
+    # the one its source documents (QUERY_INSTRUCTIONS), "" none.
+    query_instruction: str | None = None
+
+    @property
+    def instruction(self) -> str:
+        """What the dense channel puts before a query for this embedder."""
+        if self.role != "embedder":
+            return ""
+        return QUERY_INSTRUCTIONS.get(self.source, "") if self.query_instruction is None else self.query_instruction
 
     @property
     def identity(self) -> str:
         """What derived data (vectors, ranker files) records: name plus content hash."""
         return f"{self.name}@{self.sha256[:12]}"
+
+    @property
+    def ranked_as(self) -> str:
+        """What a ranker file records for this model (`ranked_as`)."""
+        return ranked_as(self.identity, self.instruction)
+
+
+def ranked_as(identity: str, instruction: str) -> str:
+    """An embedder as a ranker trained with it knows it: its weights and, where its queries carry
+    one, the instruction they carry (a query embedded without it lands elsewhere, so the dense
+    scores a ranker learned from do not hold). Vectors of passages record the identity alone."""
+    return f"{identity}+query:{hashlib.sha256(instruction.encode()).hexdigest()[:8]}" if instruction else identity
 
 
 def models_dir(home: Path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentmemrec.indexing.dense.backfill import embed_pending
-from agentmemrec.indexing.dense.models import activate, active, models_dir
+from agentmemrec.indexing.dense.models import BGE_QUERY, activate, active, models_dir
 from agentmemrec.ranking.learned import RETRAIN, choose_ranker, shipped_models
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.cli import main
@@ -47,8 +47,9 @@ def _recall(memory: Memory) -> dict:
 
 
 def _identities(home: Path) -> tuple[str | None, str | None]:
-    chosen = active(home)
-    return tuple(chosen[r].identity if chosen[r] else None for r in ("embedder", "reranker"))  # type: ignore[return-value]
+    """The active models as ranker files record them (the embedder with its query instruction)."""
+    embedder, reranker = active(home)["embedder"], active(home)["reranker"]
+    return embedder.ranked_as if embedder else None, reranker.identity if reranker else None
 
 
 def test_the_default_install_activates_a_configuration_a_shipped_ranker_was_trained_for(default_home):
@@ -99,6 +100,24 @@ def test_training_with_a_cross_encoder_records_it_with_its_depth_and_truncation(
     model = choose_ranker(None, None, out)[0]
     assert model.uses_reranker and model.meta["reranker"].startswith(f"{RERANKER}@")
     assert (model.rerank_depth, model.rerank_tokens) == (5, 64)
+
+
+def test_a_ranker_is_matched_on_the_instruction_its_queries_were_embedded_with(cross_ranker, tmp_path):
+    """The dense scores a ranker learned from hold for queries embedded as they were in training:
+    the embedder's weights and its query instruction. Its passages' vectors record the weights only."""
+    home, out = cross_ranker
+    embedder, reranker = active(home)["embedder"], active(home)["reranker"]
+    model = choose_ranker(None, None, out)[0]
+    assert model.meta["embedder"] == embedder.ranked_as != embedder.identity
+    assert model.trained_for(embedder.ranked_as, reranker.identity)
+    note = model.mismatch(embedder.identity, reranker.identity)  # the same weights, queries without it
+    assert note is not None and RETRAIN in note
+    memory = Memory.open(_copy(home, tmp_path), background=False, ranker_model=out)
+    try:
+        why = _recall(memory)
+    finally:
+        memory.close()
+    assert why["dense_query"] == BGE_QUERY + QUERY and not any("retrain" in n.lower() for n in why["notes"])
 
 
 def test_serve_rerank_limit_sets_how_many_candidates_the_cross_encoder_scores(cross_ranker, tmp_path):
