@@ -20,10 +20,6 @@ log = logging.getLogger(__name__)
 Role = Literal["embedder", "reranker"]
 ROLES: tuple[str, ...] = get_args(Role)
 Pooling = Literal["cls", "mean"]
-# What an embedder's authors tell readers to put before a query (not before a passage): the
-# instruction it was trained with for short queries against passages.
-BGE_QUERY = "Represent this sentence for searching relevant passages: "
-QUERY_INSTRUCTIONS = {f"BAAI/bge-{size}-en-v1.5": BGE_QUERY for size in ("small", "base", "large")}
 INSTALL_HINT = "agentmemrec models install --default  (the CPU set: bge-small-en-v1.5 and its cross-encoder)"
 
 
@@ -48,16 +44,14 @@ class Manifest:
     # repository) and the licence its authors publish; None for older installs.
     origin: str | None = None
     license: str | None = None
-    # Embedders: the text put before each query; None (and installs older than the field) means
-    # the one its source documents (QUERY_INSTRUCTIONS), "" none.
+    # Embedders: the text put before each query (`models install --query-instruction`); None for
+    # none, as in installs older than the field.
     query_instruction: str | None = None
 
     @property
     def instruction(self) -> str:
-        """What the dense channel puts before a query for this embedder."""
-        if self.role != "embedder":
-            return ""
-        return QUERY_INSTRUCTIONS.get(self.source, "") if self.query_instruction is None else self.query_instruction
+        """What the dense channel puts before a query for this embedder ("" for nothing)."""
+        return (self.query_instruction or "") if self.role == "embedder" else ""
 
     @property
     def identity(self) -> str:

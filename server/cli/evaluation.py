@@ -146,6 +146,7 @@ def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dic
     return {"command": "agentmemrec " + shlex.join(args.argv), "dataset": args.dataset,
             "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": args.seed,
             "limit": args.limit, "embedder": models.embedder.identity if models.embedder else None,
+            "query_instruction": models.embedder.query_instruction if models.embedder else None,
             "reranker": models.reranker.identity if models.reranker else None,
             "rerank_depth": models.reranker.limit if models.reranker else 0,
             "rerank_tokens": models.reranker.max_tokens if models.reranker else None,

