@@ -262,8 +262,9 @@ def core_latency(memory: Memory, qs: list[str], budget_s: float, other_pool: int
         log(f"  core {name}: {out[name]}")
         mem.slates.close()  # its explanations stored while the shared store is open (not at exit)
     if memory.dense is not None:
-        embedder = memory.dense.embedder
-        out["query_embedding"] = percentiles(time_each(lambda q: embedder.embed([q]), qs, budget_s, at_least=10))
+        dense = next(ch for ch in memory.channels if ch.name == "dense")  # what it embeds: instruction, query
+        out["query_embedding"] = percentiles(time_each(lambda q: dense.index.embedder.embed([dense.query_text("main", q)]),
+                                                       qs, budget_s, at_least=10))
     mem = memory
     mem.recall("peer", qs[0])
     out["full_peer"] = percentiles(time_each(lambda q: mem.recall("peer", q), qs, budget_s, at_least=10))

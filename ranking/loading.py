@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentmemrec.indexing.dense.embedder import Embedder, OnnxEmbedder
+from agentmemrec.indexing.dense.embedder import Embedder, OnnxEmbedder, ranker_identity
 from agentmemrec.indexing.dense.models import INSTALL_HINT, Manifest, active, models_dir
 from agentmemrec.indexing.dense.remote import RemoteEmbedder, RemoteReranker, Served, connect
 from agentmemrec.indexing.errors import InputError, StoreError
@@ -66,7 +66,7 @@ def load_ranker(home: Path, device: str, path: Path | None, embedder: Embedder |
             problems.append(f"cross-encoder unusable ({exc}); ranking without its score")
     identity = remote.identity if remote else manifest.identity if manifest else None
     try:
-        model, note = choose_ranker(embedder.identity if embedder else None, identity, path)
+        model, note = choose_ranker(ranker_identity(embedder), identity, path)
     except StoreError as exc:
         return PoolOrderRanker(), problems + [f"{exc}; ranking by fusion order instead"]
     reranker: Reranker | None = None
@@ -103,7 +103,7 @@ def serving_models(home: Path, device: str, rerank_tokens: int | None = None
         raise InputError(f"no active model to serve under {home}; install one with: {INSTALL_HINT}")
     if manifest is None:
         return embedder, None
-    tokens = rerank_tokens or choose_ranker(embedder.identity if embedder else None, manifest.identity)[0].rerank_tokens
+    tokens = rerank_tokens or choose_ranker(ranker_identity(embedder), manifest.identity)[0].rerank_tokens
     return embedder, OnnxReranker(models_dir(home) / manifest.name, device, manifest, max_tokens=tokens)
 
 

@@ -41,7 +41,8 @@ def _texts(value: Any, what: str) -> list[str]:
 
 def info(embedder: OnnxEmbedder | None, reranker: OnnxReranker | None) -> dict[str, Any]:
     first = embedder or reranker
-    roles = {role: {"identity": m.identity, "device": m.device, **({"dim": m.dim} if role == "embedder" else {}),
+    roles = {role: {"identity": m.identity, "device": m.device,
+                    **({"dim": m.dim, "query_instruction": m.query_instruction} if role == "embedder" else {}),
                     "max_tokens": m.manifest.max_length if role == "embedder" else m.max_tokens}
              for role, m in (("embedder", embedder), ("reranker", reranker)) if m is not None}
     return {"model_id": first.manifest.name, "model_sha": first.manifest.sha256,

@@ -139,6 +139,7 @@ class BagOfWords:
 
     def __init__(self, dim: int = 64, identity: str = "bow@1") -> None:
         self.dim, self.identity, self.device, self.calls = dim, identity, "cpu", 0
+        self.query_instruction = ""
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.calls += 1

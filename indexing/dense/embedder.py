@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from agentmemrec.indexing.dense.models import Manifest, read_manifest
+from agentmemrec.indexing.dense.models import Manifest, ranked_as, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import open_model, open_session
 
 BATCH = 32
@@ -22,8 +22,14 @@ class Embedder(Protocol):
     identity: str  # model name and content hash: what stored vectors record
     dim: int
     device: str
+    query_instruction: str  # put before each query (DenseChannel.query_text), "" for none
 
     def embed(self, texts: list[str]) -> np.ndarray: ...  # (n, dim) float32, L2-normalised
+
+
+def ranker_identity(embedder: Embedder | None) -> str | None:
+    """What a ranker file records for `embedder` (models.ranked_as), None for no embedder."""
+    return ranked_as(embedder.identity, embedder.query_instruction) if embedder else None
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -70,7 +76,7 @@ class OnnxEmbedder:
     def __init__(self, model_dir: Path, device: str = "auto", manifest: Manifest | None = None) -> None:
         """`device` is a spec: auto, cpu or cuda, optionally :fp32 or :fp16 (onnx_runtime.parse_spec)."""
         self.manifest = manifest or read_manifest(model_dir)
-        self.identity = self.manifest.identity
+        self.identity, self.query_instruction = self.manifest.identity, self.manifest.instruction
         self.dim = self.manifest.dim
         self.session, plan = open_model(model_dir, self.manifest, device)
         self.device, self.precision = plan.device, plan.precision

@@ -252,8 +252,8 @@ class DenseChannel:
         self._last: tuple[str, np.ndarray] | None = None
 
     def query_text(self, project: str, query: str) -> str:
-        """What the embedder reads for `query` in `project`."""
-        return without_speakers(query, self.index.speakers(project))
+        """What the embedder reads for `query` in `project`: its query instruction, then the query."""
+        return self.index.embedder.query_instruction + without_speakers(query, self.index.speakers(project))
 
     def query_vector(self, project: str, query: str) -> np.ndarray:
         text = self.query_text(project, query)

@@ -43,15 +43,19 @@ PROBE_QUERY = "which message broker do we use for payment events"
 
 def install(home: Path, source: str, role: str = "embedder", quantize: str | None = None,
             pooling: str | None = None, max_length: int | None = None, name: str | None = None,
-            origin: str | None = None, license: str | None = None, source_name: str | None = None) -> Manifest:
+            origin: str | None = None, license: str | None = None, source_name: str | None = None,
+            query_instruction: str | None = None) -> Manifest:
     """Install `source` (an ONNX file, a folder, a hub id) as the active model of `role`; the
-    manifest records `source_name` as its source where the files came from a temporary folder."""
+    manifest records `source_name` as its source where the files came from a temporary folder,
+    and `query_instruction` where given (else the one its source documents: Manifest.instruction)."""
     if role not in ROLES:
         raise InputError(f"unknown model role {role!r}; use one of: {', '.join(ROLES)}")
     if quantize not in (None, "int8"):
         raise InputError(f"unknown quantization {quantize!r}; the only one offered is int8")
     if pooling not in (None, "cls", "mean"):
         raise InputError(f"unknown pooling {pooling!r}; use cls or mean")
+    if query_instruction is not None and role != "embedder":
+        raise InputError("a query instruction is for embedders; install a reranker without --query-instruction")
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".install-", dir=root))
@@ -63,7 +67,7 @@ def install(home: Path, source: str, role: str = "embedder", quantize: str | Non
             _export(source, tmp, role)
             folder, model_file = Path(source).expanduser(), "model.onnx"
         manifest = _finish(tmp, source_name or source, folder, model_file, role, quantize, pooling, max_length,
-                           name or _slug(source), origin, license)
+                           name or _slug(source), origin, license, query_instruction)
         final = root / manifest.name
         if final.exists():
             shutil.rmtree(final)
@@ -139,7 +143,7 @@ def _copy_export(folder: Path, onnx_file: Path, out: Path) -> str:
 
 def _finish(out: Path, source: str, folder: Path, model_file: str, role: str, quantize: str | None,
             pooling: str | None, max_length: int | None, name: str, origin: str | None,
-            license: str | None) -> Manifest:
+            license: str | None, query_instruction: str | None = None) -> Manifest:
     """Quantize if asked, probe, hash, write the FP16 copy (FP32 models), write the manifest."""
     quantized = "int8" if is_quantized(out / model_file) else None
     if quantize and not quantized:
@@ -154,7 +158,7 @@ def _finish(out: Path, source: str, folder: Path, model_file: str, role: str, qu
         dim=dim, max_length=max_length, sha256=sha256, model_file=model_file, quantized=quantized,
         exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), fp16_file=fp16_file,
         fp16_sha256=file_hash(_weight_files(out, fp16_file)) if fp16_file else None,
-        origin=origin, license=license)
+        origin=origin, license=license, query_instruction=query_instruction)
     (out / "manifest.json").write_text(json.dumps(asdict(manifest), indent=2))
     return manifest
 

@@ -5,6 +5,7 @@ needed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -43,11 +44,31 @@ class Manifest:
     # repository) and the licence its authors publish; None for older installs.
     origin: str | None = None
     license: str | None = None
+    # Embedders: the text put before each query (`models install --query-instruction`); None for
+    # none, as in installs older than the field.
+    query_instruction: str | None = None
+
+    @property
+    def instruction(self) -> str:
+        """What the dense channel puts before a query for this embedder ("" for nothing)."""
+        return (self.query_instruction or "") if self.role == "embedder" else ""
 
     @property
     def identity(self) -> str:
         """What derived data (vectors, ranker files) records: name plus content hash."""
         return f"{self.name}@{self.sha256[:12]}"
+
+    @property
+    def ranked_as(self) -> str:
+        """What a ranker file records for this model (`ranked_as`)."""
+        return ranked_as(self.identity, self.instruction)
+
+
+def ranked_as(identity: str, instruction: str) -> str:
+    """An embedder as a ranker trained with it knows it: its weights and, where its queries carry
+    one, the instruction they carry (a query embedded without it lands elsewhere, so the dense
+    scores a ranker learned from do not hold). Vectors of passages record the identity alone."""
+    return f"{identity}+query:{hashlib.sha256(instruction.encode()).hexdigest()[:8]}" if instruction else identity
 
 
 def models_dir(home: Path) -> Path:

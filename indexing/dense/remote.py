@@ -39,6 +39,7 @@ class Served:
     dim: int | None = None
     batch: int = CLIENT_BATCH
     max_tokens: int | None = None  # where the server cuts a text (a reranker: a pair)
+    query_instruction: str = ""  # an embedder's, as our server names it (a TEI server applies its own prompts)
 
 
 class InferenceClient:
@@ -73,7 +74,8 @@ def served_models(url: str) -> list[Served]:
     ours = info.get("agentmemrec")
     if isinstance(ours, dict):
         return [Served(url, role, m["identity"], m.get("device", "remote"), m.get("dim"),
-                       int(info.get("max_client_batch_size") or CLIENT_BATCH), m.get("max_tokens"))
+                       int(info.get("max_client_batch_size") or CLIENT_BATCH), m.get("max_tokens"),
+                       m.get("query_instruction") or "")
                 for role, m in ours.items() if isinstance(m, dict)]
     kind = info.get("model_type") or {}
     role = "reranker" if "reranker" in kind else "embedder" if "embedding" in kind else None
@@ -119,7 +121,7 @@ class RemoteEmbedder:
 
     def __init__(self, model: Served) -> None:
         self.client, self.batch = InferenceClient(model.url), model.batch
-        self.identity, self.device = model.identity, model.device
+        self.identity, self.device, self.query_instruction = model.identity, model.device, model.query_instruction
         self.dim = model.dim or len(self._embed(["dimension probe"])[0])
 
     def _embed(self, texts: list[str]) -> list[list[float]]:

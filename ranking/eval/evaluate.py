@@ -25,7 +25,7 @@ import duckdb
 from tqdm import tqdm
 
 from agentmemrec.indexing.dense.backfill import embed_pending
-from agentmemrec.indexing.dense.embedder import Embedder
+from agentmemrec.indexing.dense.embedder import Embedder, ranker_identity
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.dense.models import INSTALL_HINT, active, models_dir
 from agentmemrec.indexing.errors import InputError, StoreError
@@ -123,7 +123,7 @@ def load_models(home: Path, variants: Sequence[str], device: str = "auto", cache
     model, note = None, None
     if training or "full" in variants:
         try:
-            model, note = choose_ranker(embedder.identity if embedder else None,
+            model, note = choose_ranker(ranker_identity(embedder),
                                         manifest.identity if manifest else None, ranker_path)
         except StoreError:
             if not training:  # training needs no model: it makes one

@@ -146,6 +146,7 @@ def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dic
     return {"command": "agentmemrec " + shlex.join(args.argv), "dataset": args.dataset,
             "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": args.seed,
             "limit": args.limit, "embedder": models.embedder.identity if models.embedder else None,
+            "query_instruction": models.embedder.query_instruction if models.embedder else None,
             "reranker": models.reranker.identity if models.reranker else None,
             "rerank_depth": models.reranker.limit if models.reranker else 0,
             "rerank_tokens": models.reranker.max_tokens if models.reranker else None,
@@ -154,6 +155,7 @@ def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dic
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from agentmemrec.indexing.dense.embedder import ranker_identity  # noqa: PLC0415
     from agentmemrec.ranking.eval import evaluate as ev  # noqa: PLC0415
     from agentmemrec.ranking.eval.benchmarks import fingerprint  # noqa: PLC0415
     from agentmemrec.ranking.eval.train import train_model  # noqa: PLC0415
@@ -163,7 +165,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                             training=True)
     groups = [g for dataset, paths in sources for g in _groups(dataset, paths, args, models, args.limit)]
     model = train_model(groups, [fingerprint(d, p) for d, p in sources],
-                        models.embedder.identity if models.embedder else None, models.reranker, args.seed)
+                        ranker_identity(models.embedder), models.reranker, args.seed)
     model.save(args.out)
     strength = "fitted" if model.meta.get("strength") else "not fitted (no unanswerable questions)"
     emit(f"trained on {len(groups)} questions; best iteration {model.meta['metrics']['best_iteration']}, "

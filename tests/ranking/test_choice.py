@@ -27,6 +27,7 @@ HISTORY = [turn("We moved payment events from RabbitMQ to Kafka in April.", sess
            turn("Replay payment events with the kafka-replay tool from the last offset.", session="s2", ref="replay")]
 QUERY = "Which broker carries payment events, and how are they replayed?"
 EMBEDDER, RERANKER = "bge-small-en-v1.5", "ms-marco-MiniLM-L-12-v2"
+BGE = "Represent this sentence for searching relevant passages: "  # bge-*-en-v1.5's, as its authors document it
 
 
 def _copy(home: Path, tmp_path: Path, reranker: bool | None = None) -> Path:
@@ -47,8 +48,9 @@ def _recall(memory: Memory) -> dict:
 
 
 def _identities(home: Path) -> tuple[str | None, str | None]:
-    chosen = active(home)
-    return tuple(chosen[r].identity if chosen[r] else None for r in ("embedder", "reranker"))  # type: ignore[return-value]
+    """The active models as ranker files record them (the embedder with its query instruction)."""
+    embedder, reranker = active(home)["embedder"], active(home)["reranker"]
+    return embedder.ranked_as if embedder else None, reranker.identity if reranker else None
 
 
 def test_the_default_install_activates_a_configuration_a_shipped_ranker_was_trained_for(default_home):
@@ -99,6 +101,34 @@ def test_training_with_a_cross_encoder_records_it_with_its_depth_and_truncation(
     model = choose_ranker(None, None, out)[0]
     assert model.uses_reranker and model.meta["reranker"].startswith(f"{RERANKER}@")
     assert (model.rerank_depth, model.rerank_tokens) == (5, 64)
+
+
+def test_a_ranker_is_matched_on_the_instruction_its_queries_were_embedded_with(default_home, tmp_path, monkeypatch):
+    """The dense scores a ranker learned from hold for queries embedded as they were in training:
+    the embedder's weights and its query instruction (its passages' vectors record the weights
+    only). The shipped rankers read queries as they are, so an instruction gets the retrain note
+    until a ranker is trained with it; that ranker is then used without one."""
+    home = _copy(default_home, tmp_path)
+    monkeypatch.setenv(HOME_ENV, str(home))
+    assert main(["models", "install", "--default", "--query-instruction", BGE]) == 0
+    embedder = active(home)["embedder"]
+    assert embedder.identity == active(default_home)["embedder"].identity != embedder.ranked_as
+    memory = Memory.open(home, background=False)
+    try:
+        why = _recall(memory)
+    finally:
+        memory.close()
+    assert why["dense_query"] == BGE + QUERY
+    assert any(RETRAIN in n and embedder.ranked_as in n for n in why["notes"])
+    data = tmp_path / "conversations"
+    data.mkdir()
+    for i in range(2):
+        write_locomo(data / f"conv-{i}.json", seed=i)
+    out = tmp_path / "instructed-ranker.json"
+    assert main(["train", "locomo", str(data), "--rerank-depth", "5", "--out", str(out)]) == 0
+    model = choose_ranker(None, None, out)[0]
+    assert model.meta["embedder"] == embedder.ranked_as and model.mismatch(*_identities(home)) is None
+    assert model.mismatch(embedder.identity, active(home)["reranker"].identity) is not None
 
 
 def test_serve_rerank_limit_sets_how_many_candidates_the_cross_encoder_scores(cross_ranker, tmp_path):

@@ -20,7 +20,7 @@ WORDS = [f"w{i}" for i in range(400)]
 class WordVectors:
     """A text's vector: the sum of its words' fixed Gaussian vectors, normalised (no ties)."""
 
-    identity, device, dim = "word-vectors@1", "cpu", 96
+    identity, device, dim, query_instruction = "word-vectors@1", "cpu", 96, ""
 
     def embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

