@@ -47,7 +47,7 @@ def install(home: Path, source: str, role: str = "embedder", quantize: str | Non
             query_instruction: str | None = None) -> Manifest:
     """Install `source` (an ONNX file, a folder, a hub id) as the active model of `role`; the
     manifest records `source_name` as its source where the files came from a temporary folder,
-    and `query_instruction` where given (else the one its source documents: Manifest.instruction)."""
+    and `query_instruction`, the text an embedder reads before each query (None: nothing)."""
     if role not in ROLES:
         raise InputError(f"unknown model role {role!r}; use one of: {', '.join(ROLES)}")
     if quantize not in (None, "int8"):

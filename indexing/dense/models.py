@@ -60,7 +60,7 @@ class Manifest:
 
     @property
     def ranked_as(self) -> str:
-        """What a ranker file records for this model (`ranked_as`)."""
+        """What a ranker file records for this model (the function `ranked_as`)."""
         return ranked_as(self.identity, self.instruction)
 
 
