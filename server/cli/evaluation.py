@@ -168,8 +168,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                         ranker_identity(models.embedder), models.reranker, args.seed)
     model.save(args.out)
     strength = "fitted" if model.meta.get("strength") else "not fitted (no unanswerable questions)"
-    emit(f"trained on {len(groups)} questions; best iteration {model.meta['metrics']['best_iteration']}, "
-         f"validation {model.meta['metrics']['valid']}; evidence strength {strength}; written to {args.out}")
+    metrics = model.meta["metrics"]
+    valid = ", ".join(f"{name} {float(value):.4f}" for name, value in metrics["valid"].items())
+    emit(f"trained on {len(groups)} questions; best iteration {metrics['best_iteration']}, "
+         f"validation {valid}; evidence strength {strength}; written to {args.out}")
     return 0
 
 
