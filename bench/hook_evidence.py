@@ -1,10 +1,13 @@
-"""When should a prompt hook add nothing? The ranker's top score against the evidence strength.
+"""When should a prompt hook add nothing? The ranker's top score, the evidence strength and the
+cross-encoder's best logit.
 
 `agentmemrec hook` adds a slate to a prompt only when the ranker's top score reaches `WEAK_SCORE`
-(server/hook_context.py); the slate's evidence strength (ranking/strength.py, fitted with the
-ranker) is the other candidate gate. This measures how well each separates prompts whose answer
-is stored from prompts about something else, through the product's own write and selection code
-(`Memory.remember`, then `Memory.recall` at the hook's budget):
+and, for a cross-encoder with a floor in `RELEVANCE_FLOOR`, the best logit among the candidates
+it scored reaches that floor (server/hook_context.py; the `hook` signal is that decision); the
+slate's evidence strength (ranking/strength.py, fitted with the ranker) is another candidate gate.
+This measures how well each separates prompts whose answer is stored from prompts about something
+else, through the product's own write and selection code (`Memory.remember`, then `Memory.recall`
+at the hook's budget):
 
 - answerable, held out: the coding set's held-out file (bench/coding/coding-holdout.json), which
   no shipped ranker was trained on, each answerable question asked of its project at its time;
@@ -26,6 +29,13 @@ kind's median, and per threshold the share of each kind a hook would answer.
         --longmemeval $(ls /work/shared/data/longmemeval-s/*.json | sort | head -30) \
         --coding bench/coding/coding-holdout.json --models-home "$AGENTMEMREC_HOME" \
         --models-datasets coding --out bench/results/hook-evidence.json
+
+The floor is calibrated on the coding set's development file, never on a prompt measured here:
+its `p05` of `top_relevance` over `project_questions` (the logit 95% of the answerable development
+questions reach) in
+
+    python bench/hook_evidence.py --coding bench/coding/coding-dev.json --models-home "$AGENTMEMREC_HOME" \
+        --models-datasets coding --out bench/results/hook-gate-dev.json
 
 (`--locomo DIR` adds the LoCoMo questions, which the shipped rankers were trained on too;
 `--ranker-model` and `--bm25-ranker-model` measure ranker files before they ship.)
@@ -49,6 +59,7 @@ from agentmemrec.indexing.dense.backfill import embed_pending
 from agentmemrec.ranking.eval.benchmarks import PROJECT, Case, item_refs, read_cases
 from agentmemrec.ranking.eval.evaluate import open_cache
 from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.hook_context import weak_evidence
 from agentmemrec.server.hook_process import PROMPT_BUDGET
 
 CODING_PROMPTS = [
@@ -71,7 +82,9 @@ CODING_PROMPTS = [
     "sort?", "review this diff before I push", "undo the last change", "ok thanks",
 ]
 SIGNALS = {"top_score": [round(x, 2) for x in np.arange(-4.0, 4.01, 0.25)],  # the ranker's, unbounded
-           "evidence_strength": [round(x, 2) for x in np.arange(0.0, 1.001, 0.05)]}  # a probability
+           "evidence_strength": [round(x, 2) for x in np.arange(0.0, 1.001, 0.05)],  # a probability
+           "top_relevance": [round(x, 1) for x in np.arange(-12.0, 8.01, 0.2)],  # a cross-encoder logit
+           "hook": [1.0]}  # 1 where the hook adds the slate (server/hook_context.py), else 0
 POSITIVE = ("project_questions",)  # held-out prompts whose answer is stored
 NEGATIVE = ("coding", "other_histories", "project_prompts", "project_unanswerable")
 
@@ -83,12 +96,17 @@ def auroc(positive: list[float], negative: list[float]) -> float:
 
 
 def measured(memory: Memory, project: str, query: str, as_of: Any = None) -> dict[str, float]:
-    """What a hook could gate on for one prompt: the ranker's top score and the evidence strength
-    (-inf and 0 when nothing is eligible; the strength is NaN for a ranker that has none)."""
+    """What a hook could gate on for one prompt: the ranker's top score, the evidence strength and
+    the best cross-encoder logit (-inf, 0 and -inf when nothing is eligible; NaN for a ranker
+    without a strength model or a cross-encoder), and what the hook does (1: adds the slate)."""
     slate = memory.recall(project, query, PROMPT_BUDGET, as_of=as_of)
     strength = slate.evidence_strength if slate.items else 0.0
+    cross_encoder = memory.models()["cross_encoder"]
+    relevance = slate.top_relevance if slate.items else float("-inf")
     return {"top_score": slate.top_score if slate.top_score is not None else float("-inf"),
-            "evidence_strength": float("nan") if strength is None else strength}
+            "evidence_strength": float("nan") if strength is None else strength,
+            "top_relevance": float("nan") if cross_encoder is None or relevance is None else relevance,
+            "hook": float(weak_evidence(slate, cross_encoder) is None)}
 
 
 def open_history(home: Path, case: Case, models_home: Path | None, cache: Any,
@@ -142,6 +160,7 @@ def summary(values: dict[str, list[float]], thresholds: list[float]) -> dict[str
     return {"auroc": {p: {n: round(auroc(kept[p], kept[n]), 3) for n in NEGATIVE if n in kept}
                       for p in POSITIVE if p in kept},
             "median": {k: round(float(np.median(v)), 3) for k, v in kept.items()},
+            "p05": {k: round(float(np.quantile(v, 0.05, method="lower")), 3) for k, v in kept.items()},  # no interpolation: -inf stays
             "answered_by_threshold": [{"threshold": t, **{k: round(float(np.mean([x >= t for x in v])), 3)
                                                           for k, v in kept.items()}} for t in thresholds]}
 

@@ -38,7 +38,7 @@ Kinds (options in brackets):
 - `team-recall FILE`, `team-writes FILE`: bench/team.py, replicas on PostgreSQL against the
   embedded store; `pgvector-hnsw FILE`: bench/pgvector_hnsw.py, HNSW against the exact search.
 - `dense-graph FILE`: bench/ann_recall.py, the dense graph of a large project against the exact product.
-- `hook-evidence FILE` [signal=top_score|evidence_strength thresholds=a,b]: bench/hook_evidence.py,
+- `hook-evidence FILE` [signal=top_score|evidence_strength|top_relevance|hook thresholds=a,b]: bench/hook_evidence.py,
   the share of prompts a hook answers at each threshold of the signal, and its AUROC against
   held-out answerable prompts.
 """
@@ -471,7 +471,8 @@ HOOK_KINDS = {"project_questions": "answerable (coding set, held out)",
               "project_prompts": "unrelated: coding prompts, coding projects",
               "other_histories": "unrelated: other histories' questions",
               "project_unanswerable": "no confirmed answer (coding set, held out)"}
-SIGNAL_LABELS = {"top_score": "top score", "evidence_strength": "strength"}
+SIGNAL_LABELS = {"top_score": "top score", "evidence_strength": "strength", "top_relevance": "cross-encoder logit",
+                 "hook": "the hook adds a slate"}
 
 
 def p50_p95(p: dict[str, Any]) -> str:
@@ -496,8 +497,10 @@ def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
     answers, and the AUROC of each held-out answerable kind against it."""
     signal = opts.get("signal", "top_score")
     wanted = [float(t) for t in listed(opts, "thresholds") or ["0", "0.5", "1", "1.5"]]
-    positives = [k for k in HOOK_KINDS if any(k in c["signals"][signal]["auroc"] for c in docs[0]["configurations"])]
-    head = ["configuration", "prompts (n)", *(f"{SIGNAL_LABELS[signal]} >= {t:g}" for t in wanted),
+    positives = [k for k in HOOK_KINDS if signal != "hook"  # a yes-or-no decision has no AUROC worth showing
+                 and any(k in c["signals"][signal]["auroc"] for c in docs[0]["configurations"])]
+    head = ["configuration", "prompts (n)",
+            *(SIGNAL_LABELS[signal] if signal == "hook" else f"{SIGNAL_LABELS[signal]} >= {t:g}" for t in wanted),
             *(f"AUROC vs {HOOK_KINDS[p].split(' (')[1][:-1]}" for p in positives)]
     rows = []
     for doc in docs:  # a file per store size (`--coding-first N`: each project's first N items)
@@ -506,7 +509,7 @@ def hook_evidence(paths: list[str], docs: list[Any], opts: dict[str, str]) -> li
             found = c["signals"][signal]
             by = {r["threshold"]: r for r in found["answered_by_threshold"]}
             for key, label in HOOK_KINDS.items():
-                if key not in by[wanted[0]]:
+                if key not in by.get(wanted[0], {}):  # a signal this configuration does not have
                     continue
                 aurocs = [found["auroc"].get(p, {}).get(key) for p in positives]
                 rows.append([c["configuration"] + first, f"{label} ({c['queries'][key]})",

@@ -215,7 +215,8 @@ class Memory:
         if not slate.items and self.store.count_units(project) == 0:
             notes.append(f"project {project!r} holds no units yet")
         top = float(selection.ranked[0].score) if selection.ranked else None
-        slate = replace(slate, notes=tuple(notes), top_score=top)
+        logits = [x for sc in selection.ranked if (x := (sc.features or {}).get("cross_encoder")) is not None]
+        slate = replace(slate, notes=tuple(notes), top_score=top, top_relevance=max(logits) if logits else None)
         self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection, pool_size))
         return slate
 

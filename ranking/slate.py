@@ -44,6 +44,7 @@ class Slate:
     notes: tuple[str, ...] = ()  # what limited the selection (models missing, units not yet embedded)
     top_score: float | None = None  # the ranker's score of its first candidate: how strong the evidence is
     evidence_strength: float | None = None  # P(a confirmed answer is stored), ranking/strength.py
+    top_relevance: float | None = None  # the best cross-encoder logit among the candidates it scored
 
 
 @dataclass(frozen=True)

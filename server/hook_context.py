@@ -20,14 +20,21 @@ from agentmemrec.indexing.sources.transcripts import ProjectMap
 from agentmemrec.indexing.units import check_project
 from agentmemrec.ranking.digest import digest
 from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET, Memory
+from agentmemrec.ranking.slate import Slate
 from agentmemrec.server.hook_process import DIGEST_BUDGET, MAX_HOOK_BUDGET, PROMPT_BUDGET
 
 # The evidence is weak below this top score of the ranker. Measured by bench/hook_evidence.py
-# (bench/results/hook-evidence.json, docs/clients.md): with the default CPU set it answers 93% of
-# the held-out coding questions and 69% of coding prompts asked of projects that do not hold their
-# answer; with BM25 alone 71% and 26%. It is one raw-score threshold for every ranker, so a
-# retrained ranker can move it (docs/ranker.md); a gate calibrated per ranker would replace it.
+# (bench/results/hook-evidence.json, docs/clients.md). It is one raw-score threshold for every
+# ranker, and a ranker's score is relative to its pool, so a retrained ranker can move it and a
+# small store passes more unrelated prompts (docs/ranker.md).
 WEAK_SCORE = 1.0
+# A cross-encoder's logit is absolute: a (prompt, unit) pair scores the same whatever else the store
+# holds. Below this floor for the best candidate it scored, the evidence is weak whatever the
+# ranker's score. Keyed by the cross-encoder's weights (its identity after '@'); the value is the
+# 5th percentile of that best logit over the coding set's development questions
+# (bench/results/hook-gate-dev.json), so it was chosen on no held-out prompt. A cross-encoder
+# without a floor here is gated by WEAK_SCORE alone.
+RELEVANCE_FLOOR = {"1225ccd6afd0": -9.8}  # ms-marco-MiniLM-L-12-v2, int8: the default CPU set
 MIN_PROMPT_WORDS = 2  # "yes", "continue": nothing to look up
 
 
@@ -78,9 +85,22 @@ def prompt_context(memory: Memory, project: str, prompt: Any, budget: int) -> di
     if len(query.split()) < MIN_PROMPT_WORDS:
         return {"context": "", "why": "prompt too short to look up"}
     slate = memory.recall(project, query, budget)
-    if not slate.items or slate.top_score is None or slate.top_score < WEAK_SCORE:
-        return {"context": "", "why": f"weak evidence (slate {slate.slate_id}, top score "
-                                      f"{slate.top_score if slate.top_score is not None else 'none'})"}
+    weak = weak_evidence(slate, memory.models()["cross_encoder"])
+    if weak:
+        return {"context": "", "why": f"weak evidence (slate {slate.slate_id}, {weak})"}
     head = (f"AgentMemRec: stored memory of project {project} that may bear on this prompt "
             f"(recalled automatically; `agentmemrec explain {slate.slate_id}` says why).\n")
     return {"context": head + slate.context, "why": ""}
+
+
+def weak_evidence(slate: Slate, cross_encoder: str | None) -> str | None:
+    """Why `slate` is too weak to add to a prompt (None: add it), given the identity of the
+    cross-encoder that scored its candidates."""
+    if not slate.items or slate.top_score is None:
+        return "nothing eligible"
+    if slate.top_score < WEAK_SCORE:
+        return f"top score {slate.top_score:.2f} < {WEAK_SCORE}"
+    floor = RELEVANCE_FLOOR.get(cross_encoder.rpartition("@")[2]) if cross_encoder else None
+    if floor is not None and slate.top_relevance is not None and slate.top_relevance < floor:
+        return f"best cross-encoder logit {slate.top_relevance:.2f} < {floor}"
+    return None

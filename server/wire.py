@@ -67,7 +67,8 @@ def slate_out(slate: Slate) -> dict[str, Any]:
             "items": [{"unit": _unit_out(i.unit), "rank": i.rank, "tokens": i.tokens,
                        "status": i.status} for i in slate.items],
             "outcomes": {str(k): v for k, v in slate.outcomes.items()}, "notes": list(slate.notes),
-            "top_score": slate.top_score, "evidence_strength": slate.evidence_strength}
+            "top_score": slate.top_score, "evidence_strength": slate.evidence_strength,
+            "top_relevance": slate.top_relevance}
 
 
 def slate_in(data: dict[str, Any]) -> Slate:
@@ -75,7 +76,8 @@ def slate_in(data: dict[str, Any]) -> Slate:
                   for i in data["items"])
     return Slate(data["slate_id"], data["project"], data["budget"], data["context"],
                  data["tokens_used"], items, {int(k): v for k, v in data["outcomes"].items()},
-                 data["fixed_tokens"], tuple(data["notes"]), data["top_score"], data["evidence_strength"])
+                 data["fixed_tokens"], tuple(data["notes"]), data["top_score"], data["evidence_strength"],
+                 data["top_relevance"])
 
 
 def _principal_in(data: dict[str, Any] | None) -> Principal | None:

@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 
+from agentmemrec.server.hook_context import RELEVANCE_FLOOR, WEAK_SCORE, weak_evidence
+from agentmemrec.server.hook_process import PROMPT_BUDGET
 from agentmemrec.server.owner import shared_memory
 from agentmemrec.server.owner_socket import socket_path
 
@@ -63,14 +67,32 @@ def repos(tmp_path: Path) -> dict[str, Path]:
     return found
 
 
-@pytest.fixture
-def owner(home: Path):
+def _owner(home: Path):
     shared = shared_memory(settings_for(home, "payments")).start()
     assert shared.is_owner
     shared.remember("payments", [*DECISIONS, turn("The settlement job retries three times, then pages "
                                                   "the on-call engineer.", session="s1")])
     shared.remember("website", [turn("The website payment banner is blue and says Kafka rocks.",
                                      session="w1")])
+    return shared
+
+
+@pytest.fixture
+def owner(home: Path):
+    shared = _owner(home)
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def cpu_owner(home: Path, default_home: Path):
+    """The same store with the default CPU set, once the background embedder has reached it."""
+    shutil.copytree(default_home / "models", home / "models")
+    shared = _owner(home)
+    deadline = time.monotonic() + 60
+    while any("not yet embedded" in n for n in shared.recall("payments", "payment events", 1200).notes):
+        assert time.monotonic() < deadline, "the background embedder did not finish"
+        time.sleep(0.2)
     yield shared
     shared.close()
 
@@ -102,6 +124,26 @@ def test_a_prompt_the_memory_cannot_answer_gets_nothing(home, owner, repos):
     for prompt in ("rename parse_args to parse_cli everywhere", "yes"):
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
         assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_with_the_default_set_a_prompt_under_the_cross_encoders_floor_gets_nothing(home, cpu_owner, repos):
+    # Prompts whose best cross-encoder logit on this store lies far under RELEVANCE_FLOOR while the
+    # ranker's top score passes WEAK_SCORE (a small store's top score is high for anything): the
+    # floor alone keeps them out; the answerable prompt stays above both.
+    first = cpu_owner.recall("payments", "payment events", PROMPT_BUDGET)
+    cross_encoder = cpu_owner.explain(first.slate_id, {"payments"})["models"]["cross_encoder"]
+    assert cross_encoder.rpartition("@")[2] in RELEVANCE_FLOOR
+    for prompt in ("why does mypy complain about this Optional?", "does this leak file handles?"):
+        slate = cpu_owner.recall("payments", prompt, PROMPT_BUDGET)
+        assert slate.top_score >= WEAK_SCORE and slate.top_relevance < RELEVANCE_FLOOR[cross_encoder.rpartition("@")[2]]
+        assert weak_evidence(slate, cross_encoder).startswith("best cross-encoder logit")
+        done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
+        assert (done.returncode, done.stdout) == (0, "")
+    prompt = "what happens when the settlement job fails?"
+    assert weak_evidence(cpu_owner.recall("payments", prompt, PROMPT_BUDGET), cross_encoder) is None
+    context = context_of(run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt)),
+                         "UserPromptSubmit")
+    assert "retries three times, then pages" in context
 
 
 def test_events_it_does_not_answer_and_broken_input_print_nothing(home, owner, repos):
