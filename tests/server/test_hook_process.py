@@ -89,12 +89,14 @@ def cpu_owner(home: Path, default_home: Path):
     """The same store with the default CPU set, once the background embedder has reached it."""
     shutil.copytree(default_home / "models", home / "models")
     shared = _owner(home)
-    deadline = time.monotonic() + 60
-    while any("not yet embedded" in n for n in shared.recall("payments", "payment events", 1200).notes):
-        assert time.monotonic() < deadline, "the background embedder did not finish"
-        time.sleep(0.2)
-    yield shared
-    shared.close()
+    try:
+        deadline = time.monotonic() + 60
+        while any("not yet embedded" in n for n in shared.recall("payments", "payment events", PROMPT_BUDGET).notes):
+            assert time.monotonic() < deadline, "the background embedder did not finish"
+            time.sleep(0.2)
+        yield shared
+    finally:
+        shared.close()
 
 
 def test_a_prompt_gets_what_its_folders_project_holds_and_never_another_projects(home, owner, repos):
@@ -135,7 +137,8 @@ def test_with_the_default_set_a_prompt_under_the_cross_encoders_floor_gets_nothi
     assert cross_encoder.rpartition("@")[2] in RELEVANCE_FLOOR
     for prompt in ("why does mypy complain about this Optional?", "does this leak file handles?"):
         slate = cpu_owner.recall("payments", prompt, PROMPT_BUDGET)
-        assert slate.top_score >= WEAK_SCORE and slate.top_relevance < RELEVANCE_FLOOR[cross_encoder.rpartition("@")[2]]
+        assert slate.top_score >= WEAK_SCORE, "pick prompts the top score alone lets through on this store"
+        assert slate.top_relevance < RELEVANCE_FLOOR[cross_encoder.rpartition("@")[2]]
         assert weak_evidence(slate, cross_encoder).startswith("best cross-encoder logit")
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
         assert (done.returncode, done.stdout) == (0, "")
