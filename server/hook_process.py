@@ -7,7 +7,8 @@ never break a prompt:
 - it imports only the standard library (tests run it and look at `sys.modules`) and asks the
   process that owns the store, which has the models and indexes loaded, over its socket;
 - past `--deadline` seconds, on any error, and when no owner runs (it then starts one, detached,
-  for the next prompt) it prints nothing and exits 0; errors go to `HOME/hook.log`, never stdout;
+  for the next prompt) it prints nothing and exits 0; errors, and why an event got nothing, go to
+  `HOME/hook.log`, never stdout;
 - stdout carries the hook JSON and nothing else.
 """
 
@@ -122,7 +123,8 @@ def respond(args: argparse.Namespace, home: Path, data: bytes, started: float) -
         start_owner(home)
         return ""
     context = reply.get("context") or ""
-    if not context:
+    if not context:  # the reason, for whoever wonders why a prompt got no memory
+        log(home, f"{event['hook_event_name']} in project {reply.get('project')}: nothing added ({reply.get('why')})")
         return ""
     if len(context) > MAX_CONTEXT_CHARS:
         log(home, f"{len(context)} characters of context would be cut by the client; lower --budget")

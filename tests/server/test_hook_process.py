@@ -126,6 +126,9 @@ def test_a_prompt_the_memory_cannot_answer_gets_nothing(home, owner, repos):
     for prompt in ("rename parse_args to parse_cli everywhere", "yes"):
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
         assert (done.returncode, done.stdout) == (0, "")
+    reasons = (home / "hook.log").read_text().splitlines()[-2:]  # why, for whoever reads the log
+    assert "UserPromptSubmit in project payments: nothing added (weak evidence (slate " in reasons[0]
+    assert reasons[1].endswith("UserPromptSubmit in project payments: nothing added (prompt too short to look up)")
 
 
 def test_with_the_default_set_a_prompt_under_the_cross_encoders_floor_gets_nothing(home, cpu_owner, repos):
@@ -142,6 +145,7 @@ def test_with_the_default_set_a_prompt_under_the_cross_encoders_floor_gets_nothi
         assert weak_evidence(slate, cross_encoder).startswith("best cross-encoder logit")
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
         assert (done.returncode, done.stdout) == (0, "")
+        assert "best cross-encoder logit" in (home / "hook.log").read_text().splitlines()[-1]
     prompt = "what happens when the settlement job fails?"
     assert weak_evidence(cpu_owner.recall("payments", prompt, PROMPT_BUDGET), cross_encoder) is None
     context = context_of(run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt)),
