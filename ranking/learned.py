@@ -166,8 +166,8 @@ class RankerModel:
 
     def trained_for(self, embedder: str | None, reranker: str | None) -> bool:
         """Trained with these weights (the same weights installed under another name match)."""
-        return (_weights(self.meta.get("embedder")), _weights(self.meta.get("reranker"))) == \
-            (_weights(embedder), _weights(reranker))
+        return (weights_of(self.meta.get("embedder")), weights_of(self.meta.get("reranker"))) == \
+            (weights_of(embedder), weights_of(reranker))
 
     def mismatch(self, embedder: str | None, reranker: str | None) -> str | None:
         """What a reader must know when the active models are not the ones it was trained with."""
@@ -270,6 +270,6 @@ def length_cost(scores: np.ndarray, candidates: Sequence[Candidate]) -> np.ndarr
     return LENGTH_COST * float(scores.std()) * np.log(np.maximum(1.0, tokens / LONG_UNIT_TOKENS))
 
 
-def _weights(identity: str | None) -> str | None:
+def weights_of(identity: str | None) -> str | None:
     """The part of a model identity ('name@hash') that names its weights."""
     return identity.rpartition("@")[2] if identity else None

@@ -19,6 +19,7 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.sources.transcripts import ProjectMap
 from agentmemrec.indexing.units import check_project
 from agentmemrec.ranking.digest import digest
+from agentmemrec.ranking.learned import weights_of
 from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET, Memory
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server.hook_process import DIGEST_BUDGET, MAX_HOOK_BUDGET, PROMPT_BUDGET
@@ -100,7 +101,7 @@ def weak_evidence(slate: Slate, cross_encoder: str | None) -> str | None:
         return "nothing eligible"
     if slate.top_score < WEAK_SCORE:
         return f"top score {slate.top_score:.2f} < {WEAK_SCORE}"
-    floor = RELEVANCE_FLOOR.get(cross_encoder.rpartition("@")[2]) if cross_encoder else None
+    floor = RELEVANCE_FLOOR.get(weights_of(cross_encoder))
     if floor is not None and slate.top_relevance is not None and slate.top_relevance < floor:
         return f"best cross-encoder logit {slate.top_relevance:.2f} < {floor}"
     return None

@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agentmemrec.ranking.learned import weights_of
 from agentmemrec.server.hook_context import RELEVANCE_FLOOR, WEAK_SCORE, weak_evidence
 from agentmemrec.server.hook_process import PROMPT_BUDGET
 from agentmemrec.server.owner import shared_memory
@@ -137,11 +138,12 @@ def test_with_the_default_set_a_prompt_under_the_cross_encoders_floor_gets_nothi
     # floor alone keeps them out; the answerable prompt stays above both.
     first = cpu_owner.recall("payments", "payment events", PROMPT_BUDGET)
     cross_encoder = cpu_owner.explain(first.slate_id, {"payments"})["models"]["cross_encoder"]
-    assert cross_encoder.rpartition("@")[2] in RELEVANCE_FLOOR
+    assert weights_of(cross_encoder) in RELEVANCE_FLOOR
+    floor = RELEVANCE_FLOOR[weights_of(cross_encoder)]
     for prompt in ("why does mypy complain about this Optional?", "does this leak file handles?"):
         slate = cpu_owner.recall("payments", prompt, PROMPT_BUDGET)
         assert slate.top_score >= WEAK_SCORE, "pick prompts the top score alone lets through on this store"
-        assert slate.top_relevance < RELEVANCE_FLOOR[cross_encoder.rpartition("@")[2]]
+        assert slate.top_relevance < floor
         assert weak_evidence(slate, cross_encoder).startswith("best cross-encoder logit")
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))
         assert (done.returncode, done.stdout) == (0, "")
