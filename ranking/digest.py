@@ -5,20 +5,26 @@ decision that something replaced only as one line naming its successor (so an ag
 old choice is gone, without its arguments); rejected ones left out. The digest keeps the slate's
 framing (framing lines start with '#', items with '[#id', stored text is indented) and fits a
 token budget: decisions in force first, newest first, then as many replaced ones as still fit.
+When the decisions in force do not all fit with their text, every one gets a line with its title
+first and the newest get their text back while it fits, the others listed under their own header;
+a decision's text takes at most a third of the budget, longer ones shown as an excerpt
+(`slate.excerpt`: its decision section first).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.slate import SlateInputs, one_line, piece_tokens, render_item, shown_ref
+from agentmemrec.ranking.slate import SlateInputs, excerpt, one_line, piece_tokens, render_item, shown_ref
 
 NO_LINKS = SlateInputs({}, {})  # a decision in force has no successor to show
 REPLACED_HEADER = "## replaced (no longer in force)"
-TITLE_CHARS = 120  # a replaced decision without a title shows this much of its first line
+TITLES_HEADER = "## also in force, text left out (show_unit #id shows one whole)"
+DIGEST_SHARE = 3  # a decision in force takes at most 1/3 of the digest's budget
+TITLE_CHARS = 120  # a decision shown without its text and without a title: this much of its first line
 
 
 @dataclass(frozen=True)
@@ -48,44 +54,75 @@ def replaced_line(unit: Unit) -> str:
     shown = shown_ref(unit)
     label = f"[#{unit.id}" + (f" {one_line(shown)}" if shown else "") + "]"
     what = f"replaced by #{unit.superseded_by}" if unit.superseded_by is not None else "superseded"
+    return f"{label} decision {what} ({unit.at:%Y-%m-%d}): {short_title(unit)}"
+
+
+def short_title(unit: Unit) -> str:
+    """A decision's title, or without one as much of its first line as TITLE_CHARS allows."""
     title = one_line(unit.title or (unit.text.splitlines() or [""])[0])
-    title = title if len(title) <= TITLE_CHARS else title[:TITLE_CHARS].rstrip() + "…"
-    return f"{label} decision {what} ({unit.at:%Y-%m-%d}): {title}"
+    return title if len(title) <= TITLE_CHARS else title[:TITLE_CHARS].rstrip() + "…"
+
+
+def title_only(unit: Unit) -> Unit:
+    """A decision in force shown by its title (or its first line) alone, its text left out."""
+    return replace(unit, title=short_title(unit), text="")
 
 
 def digest(project: str, decisions: Sequence[Unit], budget: int) -> Digest:
-    """`decisions`: every decision of the project, newest first (as the store lists them)."""
+    """`decisions`: every decision of the project, newest first (as the store lists them).
+    When the decisions in force do not all fit with their text, each is first given a line with
+    its title, newest first, and then the newest get their text back while it fits: an agent
+    learns every decision in force before the details of a few."""
     live = [d for d in decisions if in_force(d)]
     gone = [d for d in decisions if replaced(d)]
     if not live and not gone:
         return Digest(project, "", 0, (), (), 0)
+
+    def cost(unit: Unit) -> int:
+        return piece_tokens(render_item(unit, NO_LINKS) + "\n")
     used = piece_tokens(preamble(project) + "\n")
-    shown_live, shown_gone = [], []
-    for unit in live:
-        cost = piece_tokens(render_item(unit, NO_LINKS) + "\n")
-        if used + cost <= budget:
-            shown_live.append(unit)
-            used += cost
+    texts = [excerpt(u, budget // DIGEST_SHARE, NO_LINKS) for u in live]
+    named: list[Unit] = []  # in force, by title alone
+    if used + sum(map(cost, texts)) <= budget:
+        full, used = texts, used + sum(map(cost, texts))
+    else:
+        used += piece_tokens(TITLES_HEADER + "\n")
+        for unit in map(title_only, live):
+            if used + cost(unit) <= budget:
+                named.append(unit)
+                used += cost(unit)
+        fuller = {u.id: u for u in texts}
+        full = []
+        for unit in list(named):
+            extra = cost(fuller[unit.id]) - cost(unit) - (piece_tokens(TITLES_HEADER + "\n") if len(named) == 1 else 0)
+            if used + extra <= budget:
+                full.append(fuller[unit.id])
+                named.remove(unit)
+                used += extra
+    shown_gone = []
     header = piece_tokens(REPLACED_HEADER + "\n")
     for unit in gone:
-        cost = piece_tokens(replaced_line(unit) + "\n") + (0 if shown_gone else header)
-        if used + cost <= budget:
+        extra = piece_tokens(replaced_line(unit) + "\n") + (0 if shown_gone else header)
+        if used + extra <= budget:
             shown_gone.append(unit)
-            used += cost
+            used += extra
     while True:  # pieces are an estimate of the whole (BPE can merge across lines): check it
-        context = _render(project, shown_live, shown_gone)
+        context = _render(project, full, named, shown_gone)
         used = count_tokens(context)
-        if used <= budget or not (shown_gone or shown_live):
+        if used <= budget or not (shown_gone or named or full):
             break
-        (shown_gone or shown_live).pop()
-    left_out = len(live) + len(gone) - len(shown_live) - len(shown_gone)
-    if not shown_live and not shown_gone:  # a preamble alone tells the reader nothing
+        (shown_gone or named or full).pop()
+    left_out = len(live) + len(gone) - len(full) - len(named) - len(shown_gone)
+    if not (full or named or shown_gone):  # a preamble alone tells the reader nothing
         return Digest(project, "", 0, (), (), left_out)
-    return Digest(project, context, used, tuple(shown_live), tuple(shown_gone), left_out)
+    shown = {u.id for u in (*full, *named)}  # the structured list: each record whole, newest first
+    return Digest(project, context, used, tuple(u for u in live if u.id in shown), tuple(shown_gone), left_out)
 
 
-def _render(project: str, live: Sequence[Unit], gone: Sequence[Unit]) -> str:
-    lines = [preamble(project), *(render_item(u, NO_LINKS) for u in live)]
+def _render(project: str, full: Sequence[Unit], named: Sequence[Unit], gone: Sequence[Unit]) -> str:
+    lines = [preamble(project), *(render_item(u, NO_LINKS) for u in full)]
+    if named:
+        lines += [TITLES_HEADER, *(render_item(u, NO_LINKS) for u in named)]
     if gone:
         lines += [REPLACED_HEADER, *(replaced_line(u) for u in gone)]
     return "\n".join(lines) + "\n"

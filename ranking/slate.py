@@ -2,6 +2,11 @@
 fits the remaining budget; skip what does not fit and go on. The rendered context groups items
 into sections (decisions, notes, then sessions in chronological order with their start date).
 
+Turns over 1,024 tokens and notes are stored in parts of a few hundred tokens, but a decision is
+one record (its status and supersession belong to the whole), and an ADR with its context and
+consequences often runs past a hook's budget (1,000 to 3,000 tokens), so it could never be shown.
+A decision whose item takes more than a share of the budget is shown as an excerpt (`excerpt`).
+
 Stored text is data, not instructions: framing lines (the preamble and section headers) start in
 column 0 with '#', item lines with '[#id', and every further line of stored content is indented,
 so nothing inside a memory can pass itself off as the slate's own framing.
@@ -10,14 +15,16 @@ so nothing inside a memory can pass itself off as the slate's own framing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Literal, Mapping, Sequence
 
 from agentmemrec.indexing.lru import memo, memo_by_text, text_size
-from agentmemrec.indexing.tokens import count_tokens
+from agentmemrec.indexing.tokens import count_tokens, truncate
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.ranker import ScoredCandidate
+
+SLATE_SHARE = 2  # a decision's item takes at most 1/2 of a slate's budget, longer ones are excerpted
 
 Outcome = Literal["in_slate", "in_slate_as_successor", "skipped_over_budget",
                   "left_out_superseded"]
@@ -155,16 +162,18 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     used = count_tokens(preamble(slate_id, project) + "\n")
     fixed = used
     costs = _Costs(inputs)
+    limit = budget // SLATE_SHARE
     chosen: list[tuple[Unit, int | None]] = []
     chosen_ids: set[int] = set()
     open_sections: set[tuple] = set()
     outcomes: dict[int, Outcome] = {}
     groups: list[list[int]] = []  # ids added together, to undo the last group if needed
     for sc in ranked:
-        unit = sc.unit
+        unit = excerpt(sc.unit, limit, inputs)
         if unit.id in chosen_ids:
             continue
-        group = [unit] + [s for s in inputs.successors.get(unit.id, ()) if s.id not in chosen_ids]
+        group = [unit] + [excerpt(s, limit, inputs) for s in inputs.successors.get(unit.id, ())
+                          if s.id not in chosen_ids]
         cost, sections = costs.group(group, open_sections)
         if cost <= budget - used:
             used += cost
@@ -180,6 +189,62 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
             outcomes[unit.id] = ("left_out_superseded" if superseded and alone <= budget - used
                                  else "skipped_over_budget")
     return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength)
+
+
+# A block that opens a section: a Markdown heading, or a `Heading:` line alone (as ADRs are stored)
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s+(?P<md>.+?)[\s#]*|(?P<label>[A-Z][\w /&'()-]{0,60}):)\s*$")
+# ... and one that holds the decision itself (Nygard's "Decision", MADR's "Decision Outcome")
+_DECISION = re.compile(r"^(?:\d+[.)]?\s*)?(?:the\s+)?(?:decision(?:\s+outcome)?|outcome|resolution|chosen option)s?$",
+                       re.IGNORECASE)
+MARK_RESERVE = 40  # tokens kept for the excerpt's last line
+
+
+def _blocks(text: str) -> list[tuple[str, bool]]:
+    """Blank-line separated blocks, each with whether it lies in a section that holds the decision."""
+    out, deciding = [], False
+    for block in (b.strip("\n") for b in re.split(r"\n[ \t]*\n", text) if b.strip()):
+        if (m := _HEADING.match(block.splitlines()[0])):
+            deciding = bool(_DECISION.match((m["md"] or m["label"]).strip(" *_:")))
+        out.append((block, deciding))
+    return out
+
+
+def excerpt(unit: Unit, limit: int, inputs: SlateInputs) -> Unit:
+    """`unit` if it is not a decision or its item takes at most `limit` tokens; else a copy whose
+    text is an excerpt that fits: the blocks of its decision section, then the record's other
+    blocks from its start, each run up to the first block that does not fit (the first block cut
+    if none fits), shown in the record's order with '…' where blocks are left out and a last line
+    naming the whole record's size and where to read it. The copy keeps the id, so the slate,
+    `explain_selection` and `forget` name the record."""
+    if unit.kind != "decision" or item_tokens(unit, inputs) <= limit:
+        return unit
+    blocks = _blocks(unit.text)
+    runs = [[i for i, (_, d) in enumerate(blocks) if d], [i for i, (_, d) in enumerate(blocks) if not d]]
+    room = limit - item_tokens(replace(unit, text=""), inputs) - MARK_RESERVE
+    texts: dict[int, str] = {}
+    for run in runs:
+        for i in run:
+            cost = piece_tokens(blocks[i][0]) + 2  # and the blank line between blocks, indented
+            if cost > room:
+                if not texts and room > 8:  # nothing fits whole: the beginning of the first block
+                    texts[i] = truncate(blocks[i][0], room - 4).rstrip() + " …"
+                    room = 0
+                break
+            texts[i] = blocks[i][0]
+            room -= cost
+    where = f"show_unit #{unit.id}" + (f" or the file {one_line(unit.path)}" if unit.path else "")
+    mark = f"[excerpt of a {count_tokens(unit.text)}-token record; read it whole with {where}]"
+    taken = list(texts)
+    while True:
+        shown: list[str] = []
+        last = -1
+        for i in sorted(taken):
+            shown += ["…", texts[i]] if i > last + 1 else [texts[i]]
+            last = i
+        short = replace(unit, text="\n\n".join([*shown, mark]))
+        if item_tokens(short, inputs) <= limit or not taken:
+            return short
+        taken.pop()  # the pieces' count was an estimate: leave out the last block taken
 
 
 @memo_by_text(16 << 20)  # a line holds a unit's text: bounded by bytes, not lines

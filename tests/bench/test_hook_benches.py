@@ -45,3 +45,20 @@ def test_hook_latency_measures_both_hooks(tmp_path):
     [bm25] = json.loads(out.read_text())["configurations"]
     assert bm25["configuration"] == "bm25-only" and bm25["events"] == 2
     assert bm25["command_hook_all"]["n"] == bm25["http_hook"]["UserPromptSubmit"]["n"] + 1 == 2
+
+
+def test_adr_reach_counts_what_whole_records_and_excerpts_show(tmp_path):
+    adrs = tmp_path / "repo" / "docs" / "adr"
+    adrs.mkdir(parents=True)
+    context = "\n\n".join(f"Force {i}: the ledger export and the settlement files disagree. " * 12 for i in range(6))
+    (adrs / "0001-ledger.md").write_text(f"# 1. Ledger checks\n\n## Status\n\nAccepted\n\n## Context\n\n{context}\n\n"
+                                         "## Decision\n\nFlag a ledger row above one cent.\n")
+    (adrs / "0002-queue.md").write_text("# 2. Job queue\n\n## Status\n\nAccepted\n\n## Decision\n\nUse SQS.\n")
+    out = tmp_path / "r.json"
+    run_bench("adr_reach.py", "--adrs", str(tmp_path / "repo"), "--budget", "400", "--digest-budget", "200",
+              "--models", str(tmp_path / "none"), "--json", str(out), home=tmp_path)
+    [row] = json.loads(out.read_text())["corpora"].values()
+    assert (row["decisions"], row["in_force"]) == (2, 2) and row["max_tokens"] > 400
+    assert row["whole_records"]["slate"]["400"]["decision_shown"] == 1  # the long one never fits whole
+    assert row["excerpts"]["slate"]["400"]["decision_shown"] == 2
+    assert row["excerpts"]["digest"]["200"]["named"] == 2 and row["whole_records"]["digest"]["200"]["named"] == 1

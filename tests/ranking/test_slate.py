@@ -11,7 +11,8 @@ from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.candidates import Candidate
 from agentmemrec.ranking.ranker import ScoredCandidate
-from agentmemrec.ranking.slate import SlateInputs, build_slate, render
+from agentmemrec.ranking.digest import digest
+from agentmemrec.ranking.slate import SLATE_SHARE, SlateInputs, build_slate, excerpt, item_tokens, render
 
 T0 = datetime(2026, 1, 1)
 words = st.sampled_from(["deploy", "helm", "the", "cache", "é", "日本", "\n", "##", "[#1]", "x" * 30, "  ", "42"])
@@ -46,9 +47,10 @@ def inputs_of(units: list[Unit]) -> SlateInputs:
 
 
 def brute_force(units: list[Unit], budget: int, inputs: SlateInputs) -> list[int]:
-    """Walk the ranking; keep a unit if the whole rendered context still fits."""
+    """Walk the ranking; keep a unit (a long decision as its excerpt) if the whole rendered context
+    still fits."""
     chosen: list[Unit] = []
-    for u in units:
+    for u in (excerpt(u, budget // SLATE_SHARE, inputs) for u in units):
         if count_tokens(render("s_x", "p", chosen + [u], inputs)) <= budget:
             chosen.append(u)
     return [u.id for u in chosen]
@@ -121,3 +123,51 @@ def test_a_rewritten_unit_is_priced_by_its_new_text():
     after = build_slate("s_x", "p", ranked_of([long]), 2700, inputs)
     assert after.items[0].tokens == count_tokens(render("s_x", "p", [long], inputs).splitlines()[-1] + "\n")
     assert after.items[0].tokens > before.items[0].tokens
+
+
+CONTEXT = "Context:\n" + "\n\n".join(f"Paragraph {i} of the forces at play: throughput, " + "cost and ops " * 30
+                                       for i in range(6))
+ADR = (CONTEXT + "\n\nDecision:\nWe will publish payment events to Kafka, keyed by merchant id.\n\n"
+       "Consequences:\n" + "Operations must run a Kafka cluster and watch its lag. " * 40)
+
+
+def decision(i: int, text: str, title: str) -> Unit:
+    return Unit(id=i, project="p", kind="decision", text=text, tokens=count_tokens(text), at=T0 + timedelta(days=i),
+                seq=i, ref=f"adr:{i:04d}", status="accepted", title=title, path=f"docs/adr/{i:04d}.md")
+
+
+def test_a_decision_longer_than_half_the_budget_is_shown_as_an_excerpt_that_holds_its_decision():
+    long, short = decision(1, ADR, "Payment events"), decision(2, "Retry jobs three times.", "Retries")
+    slate = build_slate("s_x", "p", ranked_of([long, short]), 1200, SlateInputs({}, {}))
+    assert [it.unit.id for it in slate.items] == [1, 2] and slate.tokens_used <= 1200
+    assert slate.items[0].tokens <= 1200 // SLATE_SHARE < item_tokens(long, SlateInputs({}, {}))
+    context = slate.context
+    assert "We will publish payment events to Kafka, keyed by merchant id." in context
+    assert "Paragraph 0 of the forces" in context  # then the record from its start, while it fits
+    assert f"[excerpt of a {long.tokens}-token record; read it whole with show_unit #1 or the file " \
+           "docs/adr/0001.md]" in context
+    assert "[#2 adr:0002] decision (accepted, 2026-01-03): Retries. Retry jobs three times." in context
+    whole = build_slate("s_x", "p", ranked_of([long]), 8000, SlateInputs({}, {}))
+    assert whole.items[0].unit.text == ADR and "[excerpt" not in whole.context
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "words " * 40, "x" * 300, "\n", "日本 " * 50]),
+                min_size=1, max_size=12).map("".join).filter(lambda t: t.strip()), st.integers(60, 1000))
+def test_an_excerpt_fits_its_limit_and_keeps_the_record_id(text, limit):
+    unit = decision(3, text, "T")
+    short = excerpt(unit, limit, SlateInputs({}, {}))
+    assert short.id == unit.id and short.status == unit.status
+    assert short is unit or item_tokens(short, SlateInputs({}, {})) <= limit
+
+
+def test_when_the_decisions_in_force_do_not_fit_each_gets_its_title_and_the_newest_their_text():
+    decisions = [decision(i, ADR.replace("Kafka", f"Kafka-{i}"), f"Events {i}") for i in range(6, 0, -1)]
+    found = digest("p", decisions, 800)  # newest first, as the store lists them
+    lines = [line for line in found.context.splitlines() if line.startswith("[#")]
+    assert [line.split("]")[0] for line in lines] == [f"[#{i} adr:{i:04d}" for i in range(6, 0, -1)]
+    assert found.left_out == 0 and found.tokens_used <= 800 and [u.id for u in found.in_force] == [6, 5, 4, 3, 2, 1]
+    assert "publish payment events to Kafka-6" in found.context  # the newest has its decision
+    titles = found.context.split("## also in force, text left out (show_unit #id shows one whole)\n")[1]
+    assert titles.splitlines()[-1] == "[#1 adr:0001] decision (accepted, 2026-01-02): Events 1."
+    assert found.in_force[0].text == decisions[0].text  # the structured list carries records whole

@@ -123,6 +123,48 @@ def test_session_start_gets_the_decisions_in_force_newest_first(home, owner, rep
     assert "GraphQL" not in context and "go over RabbitMQ" not in context  # rejected; replaced text
 
 
+LONG_ADR = """# 7. Ledger reconciliation
+
+Date: 2026-07-01
+
+## Status
+
+Accepted
+
+## Context
+
+""" + "\n\n".join(f"Finding {i}: the nightly ledger export and the processor's settlement files disagree on "
+                   "rounding, currency and timing; " + "every mismatch costs an analyst an hour. " * 12
+                   for i in range(8)) + """
+
+## Decision
+
+Reconciliation flags a ledger row only when its amount differs from the settlement file by more than one cent.
+
+## Consequences
+
+""" + "Analysts review fewer rows, and rounding drift below a cent is accepted. " * 60
+
+
+def test_a_long_adr_reaches_the_prompt_and_the_session_start_as_an_excerpt_of_its_decision(home, owner, repos):
+    adr = repos["payments"] / "docs" / "adr" / "0007-ledger-reconciliation.md"
+    adr.parent.mkdir(parents=True)
+    adr.write_text(LONG_ADR)
+    subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "watch", str(adr.parent.parent), "--once",
+                    "--project", "payments"], check=True, capture_output=True, timeout=120,
+                   env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    [stored] = [d for d in owner.call("decisions", "payments") if d.ref == "adr:0007"]
+    assert stored.tokens > PROMPT_BUDGET  # it could never fit the prompt's slate whole
+    prompt = "when does the nightly ledger reconciliation flag a row?"
+    context = context_of(run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt)),
+                         "UserPromptSubmit")
+    assert "flags a ledger row only when its amount differs from the settlement file by more than one cent" in context
+    assert f"read it whole with show_unit #{stored.id} or the file docs/adr/0007-ledger-reconciliation.md]" in context
+    start = context_of(run_hook(home, event("SessionStart", repos["payments"], source="startup")), "SessionStart")
+    assert f"[#{stored.id} adr:0007] decision (accepted, 2026-07-01): 7. Ledger reconciliation." in start
+    assert "adr-2] decision (accepted, 2026-04-14): Kafka" in start  # the long one crowds out no other
+
+
 def test_a_prompt_the_memory_cannot_answer_gets_nothing(home, owner, repos):
     for prompt in ("rename parse_args to parse_cli everywhere", "yes"):
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))

@@ -75,8 +75,17 @@ async def test_superseded_decision_enters_only_with_its_successor(client):
     slate = await call(client, "recall_slate", with_items=True, query="RabbitMQ job queue", budget_tokens=2700)
     by_ref = {i["ref"]: i for i in slate["items"]}
     assert by_ref["q-1"]["status"] == "superseded" and "q-2" in by_ref
-    assert "SUPERSEDED by #" in slate["context"]
-    # A budget too small for the successor: the superseded one is left out, never shown alone.
+    assert "SUPERSEDED by #" in slate["context"] and "[excerpt of" not in slate["context"]
+    # A successor longer than half the budget comes as an excerpt, and the old decision with it.
+    small = await call(client, "recall_slate", with_items=True, query="RabbitMQ job queue", budget_tokens=200)
+    assert {"q-1", "q-2"} <= {i["ref"] for i in small["items"]} and small["tokens_used"] <= 200
+    assert f"read it whole with show_unit #{by_ref['q-2']['id']}" in small["context"]
+    # A chain of successors too long for the budget even as excerpts: the old one is left out,
+    # never shown alone.
+    await call(client, "remember", items=[
+        {"kind": "decision", "ref": "q-3", "title": "Queue", "supersedes": "q-2",
+         "text": "Move the job queue from SQS to Kafka " + "for replay and ordering " * 30,
+         "at": "2026-03-01T00:00:00Z"}])
     small = await call(client, "recall_slate", with_items=True, query="RabbitMQ job queue", budget_tokens=200)
     assert "q-1" not in {i["ref"] for i in small["items"]}
     why = await call(client, "explain_selection", slate_id=small["slate_id"])
