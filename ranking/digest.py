@@ -24,6 +24,7 @@ NO_LINKS = SlateInputs({}, {})  # a decision in force has no successor to show
 REPLACED_HEADER = "## replaced (no longer in force)"
 TITLES_HEADER = "## also in force, text left out (show_unit #id shows one whole)"
 DIGEST_SHARE = 3  # a decision in force takes at most 1/3 of the digest's budget
+MIN_TEXT = 16  # tokens of room under which no decision's text is tried any more
 TITLE_CHARS = 120  # a decision shown without its text and without a title: this much of its first line
 
 
@@ -80,23 +81,30 @@ def digest(project: str, decisions: Sequence[Unit], budget: int) -> Digest:
 
     def cost(unit: Unit) -> int:
         return piece_tokens(render_item(unit, NO_LINKS) + "\n")
+    def text(unit: Unit) -> Unit:
+        return excerpt(unit, budget // DIGEST_SHARE, NO_LINKS)
     used = piece_tokens(preamble(project) + "\n")
-    texts = [excerpt(u, budget // DIGEST_SHARE, NO_LINKS) for u in live]
+    full: list[Unit] = []  # in force, with their text
     named: list[Unit] = []  # in force, by title alone
-    if used + sum(map(cost, texts)) <= budget:
-        full, used = texts, used + sum(map(cost, texts))
-    else:
-        used += piece_tokens(TITLES_HEADER + "\n")
+    for unit in live:  # all of them with their text, if that fits
+        full.append(text(unit))
+        used += cost(full[-1])
+        if used > budget:
+            full, used = [], piece_tokens(preamble(project) + "\n") + piece_tokens(TITLES_HEADER + "\n")
+            break
+    if not full:
         for unit in map(title_only, live):
             if used + cost(unit) <= budget:
                 named.append(unit)
                 used += cost(unit)
-        fuller = {u.id: u for u in texts}
-        full = []
-        for unit in list(named):
-            extra = cost(fuller[unit.id]) - cost(unit) - (piece_tokens(TITLES_HEADER + "\n") if len(named) == 1 else 0)
+        records = {u.id: u for u in live}
+        for unit in list(named):  # newest first, their text back while it fits
+            if budget - used < MIN_TEXT:
+                break
+            fuller = text(records[unit.id])
+            extra = cost(fuller) - cost(unit) - (piece_tokens(TITLES_HEADER + "\n") if len(named) == 1 else 0)
             if used + extra <= budget:
-                full.append(fuller[unit.id])
+                full.append(fuller)
                 named.remove(unit)
                 used += extra
     shown_gone = []
