@@ -81,8 +81,10 @@ def digest(project: str, decisions: Sequence[Unit], budget: int) -> Digest:
 
     def cost(unit: Unit) -> int:
         return piece_tokens(render_item(unit, NO_LINKS) + "\n")
+
     def text(unit: Unit) -> Unit:
         return excerpt(unit, budget // DIGEST_SHARE, NO_LINKS)
+
     used = piece_tokens(preamble(project) + "\n")
     full: list[Unit] = []  # in force, with their text
     named: list[Unit] = []  # in force, by title alone

@@ -233,7 +233,7 @@ def excerpt(unit: Unit, limit: int, inputs: SlateInputs) -> Unit:
             texts[i] = blocks[i][0]
             room -= cost
     where = f"show_unit #{unit.id}" + (f" or the file {one_line(unit.path)}" if unit.path else "")
-    mark = f"[excerpt of a {count_tokens(unit.text)}-token record; read it whole with {where}]"
+    mark = f"[excerpt of a {piece_tokens(unit.text)}-token record; read it whole with {where}]"
     taken = list(texts)
     while True:
         shown: list[str] = []
