@@ -390,7 +390,7 @@ def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
     room left for items, and at the margin the items themselves, changed from one id to the next."""
     slate_id = "s_" + (id_prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
-                       selection.strength)
+                       selection.strength, selection.query)
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

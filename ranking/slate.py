@@ -22,6 +22,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 from agentmemrec.indexing.lru import memo, memo_by_text, text_size
 from agentmemrec.indexing.tokens import count_tokens, truncate
 from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking.features import content_terms
 from agentmemrec.ranking.ranker import ScoredCandidate
 
 SLATE_SHARE = 2  # a decision's item takes at most 1/2 of a slate's budget, longer ones are excerpted
@@ -156,23 +157,23 @@ def render(slate_id: str, project: str, units: Sequence[Unit], inputs: SlateInpu
 
 
 def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], budget: int,
-                inputs: SlateInputs, strength: float | None = None) -> Slate:
+                inputs: SlateInputs, strength: float | None = None, query: str = "") -> Slate:
     """Greedy fill in rank order. A superseded decision enters only together with its successor
     chain; if the chain does not fit, the superseded decision is left out."""
     used = count_tokens(preamble(slate_id, project) + "\n")
     fixed = used
     costs = _Costs(inputs)
-    limit = budget // SLATE_SHARE
+    limit, terms = budget // SLATE_SHARE, content_terms(query)
     chosen: list[tuple[Unit, int | None]] = []
     chosen_ids: set[int] = set()
     open_sections: set[tuple] = set()
     outcomes: dict[int, Outcome] = {}
     groups: list[list[int]] = []  # ids added together, to undo the last group if needed
     for sc in ranked:
-        unit = excerpt(sc.unit, limit, inputs)
+        unit = excerpt(sc.unit, limit, inputs, terms)
         if unit.id in chosen_ids:
             continue
-        group = [unit] + [excerpt(s, limit, inputs) for s in inputs.successors.get(unit.id, ())
+        group = [unit] + [excerpt(s, limit, inputs, terms) for s in inputs.successors.get(unit.id, ())
                           if s.id not in chosen_ids]
         cost, sections = costs.group(group, open_sections)
         if cost <= budget - used:
@@ -209,29 +210,35 @@ def _blocks(text: str) -> list[tuple[str, bool]]:
     return out
 
 
-def excerpt(unit: Unit, limit: int, inputs: SlateInputs) -> Unit:
+def excerpt(unit: Unit, limit: int, inputs: SlateInputs, terms: frozenset[str] = frozenset()) -> Unit:
     """`unit` if it is not a decision or its item takes at most `limit` tokens; else a copy whose
-    text is an excerpt that fits: the blocks of its decision section, then the record's other
-    blocks from its start, each run up to the first block that does not fit (the first block cut
-    if none fits), shown in the record's order with '…' where blocks are left out and a last line
-    naming the whole record's size and where to read it. The copy keeps the id, so the slate,
-    `explain_selection` and `forget` name the record."""
+    text is an excerpt that fits. Blocks are taken in three runs: its decision section's blocks
+    up to the first that does not fit (cut, if none fits whole); then the other blocks that share
+    the query's `terms`, the most shared first, each that fits; then the rest from the record's
+    start up to the first that does not fit. They are shown in the record's order, with '…' where
+    blocks are left out and a last line naming the whole record's size and where to read it. The
+    copy keeps the id, so the slate, `explain_selection` and `forget` name the record."""
     if unit.kind != "decision" or item_tokens(unit, inputs) <= limit:
         return unit
     blocks = _blocks(unit.text)
-    runs = [[i for i, (_, d) in enumerate(blocks) if d], [i for i, (_, d) in enumerate(blocks) if not d]]
+    rest = [i for i, (_, deciding) in enumerate(blocks) if not deciding]
+    shared = {i: len(content_terms(blocks[i][0]) & terms) for i in rest} if terms else {}
+    asked = sorted((i for i in rest if shared.get(i)), key=lambda i: -shared[i])
+    runs = [([i for i, (_, deciding) in enumerate(blocks) if deciding], True), (asked, False),
+            ([i for i in rest if i not in asked], True)]  # (blocks, whether the run ends at one too big)
     room = limit - item_tokens(replace(unit, text=""), inputs) - MARK_RESERVE
     texts: dict[int, str] = {}
-    for run in runs:
+    for run, ends in runs:
         for i in run:
             cost = piece_tokens(blocks[i][0]) + 2  # and the blank line between blocks, indented
-            if cost > room:
-                if not texts and room > 8:  # nothing fits whole: the beginning of the first block
-                    texts[i] = truncate(blocks[i][0], room - 4).rstrip() + " …"
-                    room = 0
+            if cost <= room:
+                texts[i] = blocks[i][0]
+                room -= cost
+            elif not texts and room > 8:  # nothing fits whole: the beginning of the first block
+                texts[i] = truncate(blocks[i][0], room - 4).rstrip() + " …"
+                room = 0
+            elif ends:
                 break
-            texts[i] = blocks[i][0]
-            room -= cost
     where = f"show_unit #{unit.id}" + (f" or the file {one_line(unit.path)}" if unit.path else "")
     mark = f"[excerpt of a {piece_tokens(unit.text)}-token record; read it whole with {where}]"
     taken = list(texts)

@@ -151,6 +151,20 @@ def test_a_decision_longer_than_half_the_budget_is_shown_as_an_excerpt_that_hold
     assert whole.items[0].unit.text == ADR and "[excerpt" not in whole.context
 
 
+def test_an_excerpt_adds_the_blocks_that_share_the_querys_words_after_the_decision():
+    jena = "Apache Jena was considered and dropped: its RDF store needs a JVM-wide lock."
+    text = ADR.replace("Consequences:\n", f"Alternatives:\n{jena}\n\nConsequences:\n")
+    long = decision(1, text, "Payment events")
+    plain = build_slate("s_x", "p", ranked_of([long]), 1200, SlateInputs({}, {})).context
+    asked = build_slate("s_x", "p", ranked_of([long]), 1200, SlateInputs({}, {}),
+                        query="why was Apache Jena dropped?").context
+    assert jena not in plain and jena in asked
+    for context in (plain, asked):
+        assert "We will publish payment events to Kafka, keyed by merchant id." in context
+        assert count_tokens(context) <= 1200
+    assert asked.index("keyed by merchant id") < asked.index("Apache Jena")  # in the record's order
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "words " * 40, "x" * 300, "\n", "日本 " * 50]),
                 min_size=1, max_size=12).map("".join).filter(lambda t: t.strip()), st.integers(60, 1000))
