@@ -55,7 +55,7 @@ def decision_line(unit: Unit) -> str:
 
 def whole_records_only() -> None:
     """Stage 4 as it was before excerpts: every record whole or not at all."""
-    slate_module.excerpt = lambda unit, limit, inputs: unit
+    slate_module.excerpt = lambda unit, *_: unit
 
 
 def whole_digest(project: str, decisions: list[Unit], budget: int) -> int:

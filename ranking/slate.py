@@ -26,6 +26,8 @@ from agentmemrec.ranking.features import content_terms
 from agentmemrec.ranking.ranker import ScoredCandidate
 
 SLATE_SHARE = 2  # a decision's item takes at most 1/2 of a slate's budget, longer ones are excerpted
+MIN_EXCERPT = 150  # ... and at least this many tokens, when it is cut to what is left of the budget
+HEADER_RESERVE = 8  # room kept for the section header a decision may open
 
 Outcome = Literal["in_slate", "in_slate_as_successor", "skipped_over_budget",
                   "left_out_superseded"]
@@ -170,10 +172,12 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     outcomes: dict[int, Outcome] = {}
     groups: list[list[int]] = []  # ids added together, to undo the last group if needed
     for sc in ranked:
-        unit = excerpt(sc.unit, limit, inputs, terms)
-        if unit.id in chosen_ids:
+        if sc.unit.id in chosen_ids:
             continue
-        group = [unit] + [excerpt(s, limit, inputs, terms) for s in inputs.successors.get(unit.id, ())
+        # a long decision is cut to what is left of the budget, if less than its share but not little
+        fit = min(limit, budget - used - HEADER_RESERVE) if budget - used - HEADER_RESERVE >= MIN_EXCERPT else limit
+        unit = excerpt(sc.unit, fit, inputs, terms)
+        group = [unit] + [excerpt(s, fit, inputs, terms) for s in inputs.successors.get(unit.id, ())
                           if s.id not in chosen_ids]
         cost, sections = costs.group(group, open_sections)
         if cost <= budget - used:
@@ -290,16 +294,16 @@ class _Costs:
 
     def __init__(self, inputs: SlateInputs) -> None:
         self.inputs = inputs
-        self._items: dict[int, tuple[tuple, int]] = {}  # unit id -> (section key, item tokens)
+        self._items: dict[tuple[int, str], tuple[tuple, int]] = {}  # (id, text) -> (section key, item tokens)
         self._headers: dict[tuple, int] = {}  # section key -> header tokens
 
     def item(self, unit: Unit) -> tuple[tuple, int]:
-        found = self._items.get(unit.id)
+        found = self._items.get((unit.id, unit.text))  # by text too: an excerpt's size depends on the room left
         if found is None:
             key = section(unit, self.inputs)
             if key not in self._headers:
                 self._headers[key] = piece_tokens(header(key) + "\n")
-            found = self._items[unit.id] = key, item_tokens(unit, self.inputs)
+            found = self._items[unit.id, unit.text] = key, item_tokens(unit, self.inputs)
         return found
 
     def group(self, group: Sequence[Unit], open_sections: set[tuple]) -> tuple[int, set[tuple]]:

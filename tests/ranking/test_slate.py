@@ -12,11 +12,23 @@ from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.candidates import Candidate
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.digest import digest
-from agentmemrec.ranking.slate import SLATE_SHARE, SlateInputs, build_slate, excerpt, item_tokens, render
+from agentmemrec.ranking.slate import (
+    HEADER_RESERVE,
+    MIN_EXCERPT,
+    SLATE_SHARE,
+    SlateInputs,
+    build_slate,
+    excerpt,
+    item_tokens,
+    render,
+)
 
 T0 = datetime(2026, 1, 1)
 words = st.sampled_from(["deploy", "helm", "the", "cache", "é", "日本", "\n", "##", "[#1]", "x" * 30, "  ", "42"])
 texts = st.lists(words, min_size=1, max_size=60).map(" ".join).filter(lambda t: t.strip())
+# a decision may run past a slate's share (ADRs do): shown as an excerpt
+records = texts | st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "words " * 30, "日本 " * 40]),
+                           min_size=4, max_size=20).map("".join).filter(lambda t: t.strip())
 
 
 @st.composite
@@ -26,7 +38,7 @@ def unit_lists(draw):
     for i in range(n):
         kind = draw(st.sampled_from(["turn", "turn", "decision", "note"]))
         units.append(Unit(
-            id=i + 1, project="p", kind=kind, text=draw(texts), tokens=0, at=T0 + timedelta(hours=i), seq=i,
+            id=i + 1, project="p", kind=kind, text=draw(records if kind == "decision" else texts), tokens=0, at=T0 + timedelta(hours=i), seq=i,
             ref=draw(st.none() | st.just(f"r{i}")), session=draw(st.sampled_from(["a", "b", None])) if kind == "turn" else None,
             role="user", speaker=draw(st.none() | st.just("Ana")), title="T" if kind == "decision" else None,
             status=draw(st.sampled_from(["accepted", "proposed", "rejected"])) if kind == "decision" else None,
@@ -47,10 +59,12 @@ def inputs_of(units: list[Unit]) -> SlateInputs:
 
 
 def brute_force(units: list[Unit], budget: int, inputs: SlateInputs) -> list[int]:
-    """Walk the ranking; keep a unit (a long decision as its excerpt) if the whole rendered context
-    still fits."""
+    """Walk the ranking; keep a unit (a long decision as its excerpt, cut to the room left when that
+    is less than its share but not little) if the whole rendered context still fits."""
     chosen: list[Unit] = []
-    for u in (excerpt(u, budget // SLATE_SHARE, inputs) for u in units):
+    for u in units:
+        room = budget - count_tokens(render("s_x", "p", chosen, inputs)) - HEADER_RESERVE
+        u = excerpt(u, min(budget // SLATE_SHARE, room) if room >= MIN_EXCERPT else budget // SLATE_SHARE, inputs)
         if count_tokens(render("s_x", "p", chosen + [u], inputs)) <= budget:
             chosen.append(u)
     return [u.id for u in chosen]
