@@ -50,6 +50,8 @@ def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInpu
     lost = [LOST_TO.index(lost_to(o, sc.rank, t, cutoff, slate.budget)) for o, sc, t in zip(outcomes, ranked, tokens)]
     hits = {name: [sc.candidate.channels.get(name) for sc in ranked] for name in channels}
     names, matrix = _feature_matrix(ranked)
+    whole = {sc.unit.id: sc.unit.text for sc in ranked}
+    whole.update({u.id: u.text for chain in inputs.successors.values() for u in chain})
     return {
         "packed": PACKED, "n": len(ranked),
         "ids": _encode([sc.unit.id for sc in ranked], "<i8"),
@@ -65,6 +67,8 @@ def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInpu
         "feature_names": names, "features": _encode(matrix, "<f4") if names else None,
         "beyond_pool": {name: {"ids": _encode(list(ids), "<i8"), "ranks": _encode(list(ids.values()), "<i4")}
                         for name, ids in beyond.items()},
+        # decisions the slate shows as an excerpt: id -> the excerpt's item tokens
+        "excerpts": {str(it.unit.id): it.tokens for it in slate.items if it.unit.text != whole.get(it.unit.id)},
     }
 
 
@@ -104,6 +108,10 @@ def unpack(payload: dict[str, Any]) -> dict[str, Any]:
                    "lost_to": LOST_TO[lost[i]],
                    "channels": {name: {"rank": r[i], "score": s[i]} for name, (r, s) in hits.items() if r[i]},
                    "features": rows[i]} for i in range(n)]
+    for key, shown in pool.get("excerpts", {}).items():  # where the slate showed an excerpt, its size
+        for c in candidates:
+            if str(c["id"]) == key:
+                c["excerpt_tokens"] = shown
     beyond = {name: dict(zip(map(str, _decode(b["ids"], "<i8").tolist()), _decode(b["ranks"], "<i4").tolist()))
               for name, b in pool["beyond_pool"].items()}
     return {**payload, "candidates": candidates, "beyond_pool": beyond}

@@ -80,6 +80,9 @@ async def test_superseded_decision_enters_only_with_its_successor(client):
     small = await call(client, "recall_slate", with_items=True, query="RabbitMQ job queue", budget_tokens=200)
     assert {"q-1", "q-2"} <= {i["ref"] for i in small["items"]} and small["tokens_used"] <= 200
     assert f"read it whole with show_unit #{by_ref['q-2']['id']}" in small["context"]
+    why = await call(client, "explain_selection", slate_id=small["slate_id"])
+    shown = {c["ref"]: c.get("excerpt_tokens") for c in why["candidates"]}
+    assert shown["q-1"] is None and shown["q-2"] == {i["ref"]: i["tokens"] for i in small["items"]}["q-2"] <= 100
     # A chain of successors too long for the budget even as excerpts: the old one is left out,
     # never shown alone.
     await call(client, "remember", items=[
