@@ -175,7 +175,8 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
         if sc.unit.id in chosen_ids:
             continue
         # a long decision is cut to what is left of the budget, if less than its share but not little
-        fit = min(limit, budget - used - HEADER_RESERVE) if budget - used - HEADER_RESERVE >= MIN_EXCERPT else limit
+        room = budget - used - HEADER_RESERVE
+        fit = min(limit, room) if room >= MIN_EXCERPT else limit
         unit = excerpt(sc.unit, fit, inputs, terms)
         group = [unit] + [excerpt(s, fit, inputs, terms) for s in inputs.successors.get(unit.id, ())
                           if s.id not in chosen_ids]
