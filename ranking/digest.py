@@ -5,10 +5,10 @@ decision that something replaced only as one line naming its successor (so an ag
 old choice is gone, without its arguments); rejected ones left out. The digest keeps the slate's
 framing (framing lines start with '#', items with '[#id', stored text is indented) and fits a
 token budget: decisions in force first, newest first, then as many replaced ones as still fit.
-When the decisions in force do not all fit with their text, every one gets a line with its title
-first and the newest get their text back while it fits, the others listed under their own header;
-a decision's text takes at most a third of the budget, longer ones shown as an excerpt
-(`slate.excerpt`: its decision section first).
+When the decisions in force do not all fit whole, long ones (over a third of the budget) are shown
+as excerpts (`slate.excerpt`: the decision section first); when that does not fit either, every
+one gets a line with its title first and the newest get their text back while it fits, the
+others listed under their own header.
 """
 
 from __future__ import annotations
@@ -85,14 +85,18 @@ def digest(project: str, decisions: Sequence[Unit], budget: int) -> Digest:
     def text(unit: Unit) -> Unit:
         return excerpt(unit, budget // DIGEST_SHARE, NO_LINKS)
 
-    used = piece_tokens(preamble(project) + "\n")
-    full: list[Unit] = []  # in force, with their text
+    start = piece_tokens(preamble(project) + "\n")
     named: list[Unit] = []  # in force, by title alone
-    for unit in live:  # all of them with their text, if that fits
-        full.append(text(unit))
-        used += cost(full[-1])
-        if used > budget:
-            full, used = [], piece_tokens(preamble(project) + "\n") + piece_tokens(TITLES_HEADER + "\n")
+    for shown in (lambda u: u, text):  # all of them whole, else with long ones as excerpts, if that fits
+        full: list[Unit] = []  # in force, with their text
+        used = start
+        for unit in live:
+            full.append(shown(unit))
+            used += cost(full[-1])
+            if used > budget:
+                full, used = [], start + piece_tokens(TITLES_HEADER + "\n")
+                break
+        if full or not live:
             break
     if not full:
         for unit in map(title_only, live):

@@ -199,3 +199,14 @@ def test_when_the_decisions_in_force_do_not_fit_each_gets_its_title_and_the_newe
     titles = found.context.split("## also in force, text left out (show_unit #id shows one whole)\n")[1]
     assert titles.splitlines()[-1] == "[#1 adr:0001] decision (accepted, 2026-01-02): Events 1."
     assert found.in_force[0].text == decisions[0].text  # the structured list carries records whole
+
+
+def test_a_digest_shows_decisions_whole_when_they_all_fit_and_long_ones_as_excerpts_when_that_fits():
+    medium = decision(2, "Context:\n" + "Queue load grows each quarter. " * 50 + "\n\nDecision:\nUse SQS.", "Queue")
+    short = decision(1, "Retry jobs three times.", "Retries")
+    assert 800 // 3 < medium.tokens < 700  # over a third of the budget, yet both fit whole
+    whole = digest("p", [medium, short], 800)
+    assert medium.text.splitlines()[1].strip() in whole.context and "[excerpt" not in whole.context
+    cut = digest("p", [decision(3, ADR, "Events"), medium, short], 800)  # too much whole: long ones cut
+    assert "[excerpt of a" in cut.context and "Use SQS." in cut.context and "Retry jobs three times." in cut.context
+    assert "also in force" not in cut.context and cut.tokens_used <= 800
