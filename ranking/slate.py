@@ -208,7 +208,7 @@ MARK_RESERVE = 40  # tokens kept for the excerpt's last line
 def _blocks(text: str) -> list[tuple[str, bool]]:
     """Blank-line separated blocks, each with whether it lies in a section that holds the decision."""
     out, deciding = [], False
-    for block in (b.strip("\n") for b in re.split(r"\n[ \t]*\n", text) if b.strip()):
+    for block in (b.strip("\r\n") for b in re.split(r"\n[ \t\r]*\n", text) if b.strip()):
         if (m := _HEADING.match(block.splitlines()[0])):
             deciding = bool(_DECISION.match((m["md"] or m["label"]).strip(" *_:")))
         out.append((block, deciding))

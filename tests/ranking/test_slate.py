@@ -180,7 +180,7 @@ def test_an_excerpt_adds_the_blocks_that_share_the_querys_words_after_the_decisi
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "words " * 40, "x" * 300, "\n", "日本 " * 50]),
+@given(st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "\r\n\r\n", "words " * 40, "x" * 300, "\n", "日本 " * 50]),
                 min_size=1, max_size=12).map("".join).filter(lambda t: t.strip()), st.integers(60, 1000))
 def test_an_excerpt_fits_its_limit_and_keeps_the_record_id(text, limit):
     unit = decision(3, text, "T")
