@@ -38,7 +38,8 @@ def unit_lists(draw):
     for i in range(n):
         kind = draw(st.sampled_from(["turn", "turn", "decision", "note"]))
         units.append(Unit(
-            id=i + 1, project="p", kind=kind, text=draw(records if kind == "decision" else texts), tokens=0, at=T0 + timedelta(hours=i), seq=i,
+            id=i + 1, project="p", kind=kind, text=draw(records if kind == "decision" else texts), tokens=0,
+            at=T0 + timedelta(hours=i), seq=i,
             ref=draw(st.none() | st.just(f"r{i}")), session=draw(st.sampled_from(["a", "b", None])) if kind == "turn" else None,
             role="user", speaker=draw(st.none() | st.just("Ana")), title="T" if kind == "decision" else None,
             status=draw(st.sampled_from(["accepted", "proposed", "rejected"])) if kind == "decision" else None,
@@ -180,8 +181,9 @@ def test_an_excerpt_adds_the_blocks_that_share_the_querys_words_after_the_decisi
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "\r\n\r\n", "words " * 40, "x" * 300, "\n", "日本 " * 50]),
-                min_size=1, max_size=12).map("".join).filter(lambda t: t.strip()), st.integers(60, 1000))
+@given(st.lists(st.sampled_from(["Decision:", "## Context", "\n\n", "\r\n\r\n", "words " * 40, "x" * 300, "\n",
+                                 "日本 " * 50]), min_size=1, max_size=12).map("".join).filter(lambda t: t.strip()),
+       st.integers(60, 1000))
 def test_an_excerpt_fits_its_limit_and_keeps_the_record_id(text, limit):
     unit = decision(3, text, "T")
     short = excerpt(unit, limit, SlateInputs({}, {}))
