@@ -4,16 +4,21 @@
 
 Each DIR is a repository checkout (or the part of one that holds its ADRs), read by the product's
 own watcher (`agentmemrec watch DIR --once`) into its own project of a fresh home that uses the
-installed models (--models; default: the default home's). For every decision stored, the query is
-its title, and the bench records whether the decision itself (the first line of its "Decision"
-section, or of its text when it has none) is in the slate's context at each --budget (1,200 is the
-per-prompt hook's budget), and how many of the project's decisions in force the digest that starts
-a session names, and shows with their decision, at each --digest-budget (800 is the SessionStart
-hook's). Slates are measured twice in one run: as shipped (a decision whose item takes more than
-half the budget shown as an excerpt, its decision section first) and with whole records only (as
-before excerpts: a record that does not fit is skipped and the walk goes on); the digest against
-what a digest of whole records fits (newest first, each whole or not at all, as before). Not a
-test: one run; only counts go into the JSON.
+installed models (--models; default: the default home's). At each --budget (1,200 is the
+per-prompt hook's):
+
+- for every decision, a slate for its title: is the decision itself (the first line of its
+  "Decision" section, or of its text when it has none) in the slate's context?
+- for every decision with a block outside its decision section that starts past its first 128
+  tokens (the default cross-encoder's window), a slate for that block's first sentence
+  (`deep_sentence`): is the record in the slate, and is the sentence shown?
+
+Both are measured twice in one run: as shipped, and as recall was before long records were
+handled (`whole_records_only`: every record whole or not at all, the cross-encoder reading a
+record's first lines, a decision's length charged whole). The digest that starts a session is
+measured at each --digest-budget (800 is the SessionStart hook's): how many decisions in force it
+names, and shows with their decision, against what a digest of whole records fits (newest first,
+each whole or not at all, as before). Not a test: one run; only counts go into the JSON.
 
 The ADR folders of public repositories, for example:
 
@@ -34,14 +39,18 @@ from typing import Any
 
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
+from agentmemrec.ranking import learned as learned_module
+from agentmemrec.ranking import ranker as ranker_module
 from agentmemrec.ranking import slate as slate_module
 from agentmemrec.ranking.digest import NO_LINKS, digest, in_force, preamble
+from agentmemrec.ranking.records import blocks
 from agentmemrec.ranking.slate import render_item
 from agentmemrec.server.owner import shared_memory
 from agentmemrec.server.settings import Settings
 from agentmemrec.server.sources import run_watch
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share")) / "agentmemrec" / "models"
+DEEP_AFTER = 128  # tokens: past the default cross-encoder's window
 _DECISION_LINE = re.compile(r"^(?:#{1,6}\s*)?decision(?:\s+outcome)?:?\s*$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -54,8 +63,27 @@ def decision_line(unit: Unit) -> str:
 
 
 def whole_records_only() -> None:
-    """Stage 4 as it was before excerpts: every record whole or not at all."""
+    """Recall as it was before long records were handled: stage 4 shows every record whole or not
+    at all, the cross-encoder reads a record's first lines, and a decision's length is charged whole."""
     slate_module.excerpt = lambda unit, *_: unit
+    ranker_module.cross_text = lambda unit, *_: unit.index_text()
+    learned_module.DECISION_SHOWN_TOKENS = 1 << 30
+
+
+def deep_sentence(unit: Unit, window: int = DEEP_AFTER) -> str | None:
+    """The first sentence of the record's last block outside its decision section that starts
+    past its first `window` tokens (its consequences, say): a query for what only a reader past the
+    record's opening lines would find. None when the record has no such block."""
+    start = 0
+    found = None
+    for block, deciding in blocks(unit.text):
+        if not deciding and start >= window and len(block.split()) >= 6:
+            found = block
+        start += count_tokens(block) + 2
+    if found is None:
+        return None
+    lines = [line for line in found.splitlines() if not line.rstrip().endswith(":")] or found.splitlines()
+    return re.split(r"(?<=[.!?])\s", " ".join(line.strip() for line in lines), maxsplit=1)[0][:300]
 
 
 def whole_digest(project: str, decisions: list[Unit], budget: int) -> int:
@@ -91,7 +119,14 @@ def measure(memory: Any, project: str, budgets: list[int], digest_budgets: list[
             slate = memory.recall(project, d.title or decision_line(d), budget)
             in_slate += any(it.unit.id == d.id for it in slate.items)
             reached += decision_line(d) in slate.context
-        out["slate"][str(budget)] = {"in_slate": in_slate, "decision_shown": reached}
+        deep = [(d, q) for d in decisions if (q := deep_sentence(d))]
+        deep_in = deep_shown = 0
+        for d, q in deep:
+            slate = memory.recall(project, q, budget)
+            deep_in += any(it.unit.id == d.id for it in slate.items)
+            deep_shown += q[:60] in " ".join(line.strip() for line in slate.context.splitlines())
+        out["slate"][str(budget)] = {"in_slate": in_slate, "decision_shown": reached, "deep_queries": len(deep),
+                                     "deep_in_slate": deep_in, "deep_passage_shown": deep_shown}
     for budget in digest_budgets:
         if whole:
             n = whole_digest(project, decisions, budget)

@@ -38,8 +38,8 @@ Kinds (options in brackets):
 - `team-recall FILE`, `team-writes FILE`: bench/team.py, replicas on PostgreSQL against the
   embedded store; `pgvector-hnsw FILE`: bench/pgvector_hnsw.py, HNSW against the exact search.
 - `dense-graph FILE`: bench/ann_recall.py, the dense graph of a large project against the exact product.
-- `adr-reach FILE`: bench/adr_reach.py, per folder of ADRs how many decisions reach a slate and
-  the session digest, whole records only against excerpts of the long ones.
+- `adr-reach FILE`: bench/adr_reach.py, per folder of ADRs how many decisions reach a slate (for
+  their title, and for a sentence deep in the record) and the session digest, before and now.
 - `hook-evidence FILE` [signal=top_score|evidence_strength|top_relevance|hook thresholds=a,b]: bench/hook_evidence.py,
   the share of prompts a hook answers at each threshold of the signal, and its AUROC against
   held-out answerable prompts.
@@ -495,19 +495,25 @@ def hook_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> lis
 
 @kind("adr-reach")
 def adr_reach(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
-    """Per folder of ADRs: decisions whose decision section a slate shows, queried by title, and
-    decisions in force the digest shows with their decision (and names), whole records -> now."""
+    """Per folder of ADRs, before -> now: decisions whose decision section a slate for their title
+    shows; records in the slate for a sentence from past their first 128 tokens; decisions in force
+    the digest shows with their decision (and names)."""
     doc = docs[0]
 
-    def moved(c: dict[str, Any], part: str, budget: int) -> str:
+    def moved(c: dict[str, Any], part: str, budget: int, key: str = "decision_shown") -> str:
         new = c["excerpts"][part][str(budget)]
         named = f" ({new['named']} named)" if part == "digest" else ""
-        return f"{c['whole_records'][part][str(budget)]['decision_shown']} → **{new['decision_shown']}**{named}"
+        return f"{c['whole_records'][part][str(budget)][key]} → **{new[key]}**{named}"
     head = ["ADRs", "decisions (in force)", "tokens, median / max",
-            *(f"decision shown, slate of {b:,}" for b in doc["budgets"]),
+            *(f"decision shown, slate of {b:,} for its title" for b in doc["budgets"]),
+            *(f"record in the slate of {b:,} for a sentence past its first 128 tokens (queries)"
+              for b in doc["budgets"]),
             *(f"in force with decision shown, digest of {b:,}" for b in doc["digest_budgets"])]
     rows = [[name, f"{c['decisions']} ({c['in_force']})", f"{num(c['median_tokens'])} / {num(c['max_tokens'])}",
-             *(moved(c, "slate", b) for b in doc["budgets"]), *(moved(c, "digest", b) for b in doc["digest_budgets"])]
+             *(moved(c, "slate", b) for b in doc["budgets"]),
+             *(f"{moved(c, 'slate', b, 'deep_in_slate')} ({c['excerpts']['slate'][str(b)]['deep_queries']})"
+               for b in doc["budgets"]),
+             *(moved(c, "digest", b) for b in doc["digest_budgets"])]
             for name, c in doc["corpora"].items()]
     return grid(head, rows) + [sources(paths, ["models: " + ", ".join(m for m in doc["models"] if m != "active.json")])]
 

@@ -57,6 +57,9 @@ ROW_NAMES = (*FEATURE_NAMES, "cross_encoder")  # a ranked candidate's features, 
 # and coding item) keep the model's order; a note chunk (about 320 at most) pays about 0.11 at most.
 # docs/evaluation.md measures it.
 LONG_UNIT_TOKENS, LENGTH_COST = 256, 0.5
+# A decision longer than half a slate is shown as an excerpt of that size (ranking/slate.py): it
+# costs at most half the default budget, whatever its length.
+DECISION_SHOWN_TOKENS = 1350
 
 
 @dataclass(frozen=True)
@@ -265,8 +268,10 @@ class LearnedRanker:
 
 
 def length_cost(scores: np.ndarray, candidates: Sequence[Candidate]) -> np.ndarray:
-    """What each candidate's length costs its score (LENGTH_COST): 0 up to LONG_UNIT_TOKENS."""
-    tokens = np.fromiter((c.unit.tokens for c in candidates), np.float64, len(candidates))
+    """What each candidate's length costs its score (LENGTH_COST): 0 up to LONG_UNIT_TOKENS; a
+    decision is charged the size of its excerpt at most."""
+    tokens = np.fromiter((min(c.unit.tokens, DECISION_SHOWN_TOKENS) if c.unit.kind == "decision" else c.unit.tokens
+                          for c in candidates), np.float64, len(candidates))
     return LENGTH_COST * float(scores.std()) * np.log(np.maximum(1.0, tokens / LONG_UNIT_TOKENS))
 
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from agentmemrec.indexing.store.sessions import SessionSnapshot
 from agentmemrec.ranking.candidates import Candidate, Channel
+from agentmemrec.ranking.features import content_terms
+from agentmemrec.ranking.records import cross_text
 
 if TYPE_CHECKING:
     from agentmemrec.ranking.cross_encoder import Reranker
@@ -72,7 +74,8 @@ def cross_encode(reranker: "Reranker", query: str, candidates: Sequence[Candidat
     """Cross-encoder logits for the first `reranker.limit` candidates in pool order (all of them
     on a GPU); the others are not scored."""
     head = sorted(candidates, key=lambda c: c.pool_rank)[: reranker.limit]
-    scores = reranker.score(query, [c.unit.index_text() for c in head])
+    terms = content_terms(query)
+    scores = reranker.score(query, [cross_text(c.unit, terms, reranker.max_tokens) for c in head])
     return {c.unit.id: float(s) for c, s in zip(head, scores)}
 
 

@@ -24,6 +24,7 @@ from agentmemrec.indexing.tokens import count_tokens, truncate
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.features import content_terms
 from agentmemrec.ranking.ranker import ScoredCandidate
+from agentmemrec.ranking.records import blocks
 
 SLATE_SHARE = 2  # a decision's item takes at most 1/2 of a slate's budget, longer ones are excerpted
 MIN_EXCERPT = 150  # ... and at least this many tokens, when it is cut to what is left of the budget
@@ -197,22 +198,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength)
 
 
-# A block that opens a section: a Markdown heading, or a `Heading:` line alone (as ADRs are stored)
-_HEADING = re.compile(r"^\s*(?:#{1,6}\s+(?P<md>.+?)[\s#]*|(?P<label>[A-Z][\w /&'()-]{0,60}):)\s*$")
-# ... and one that holds the decision itself (Nygard's "Decision", MADR's "Decision Outcome")
-_DECISION = re.compile(r"^(?:\d+[.)]?\s*)?(?:the\s+)?(?:decision(?:\s+outcome)?|outcome|resolution|chosen option)s?$",
-                       re.IGNORECASE)
 MARK_RESERVE = 40  # tokens kept for the excerpt's last line
-
-
-def _blocks(text: str) -> list[tuple[str, bool]]:
-    """Blank-line separated blocks, each with whether it lies in a section that holds the decision."""
-    out, deciding = [], False
-    for block in (b.strip("\r\n") for b in re.split(r"\n[ \t\r]*\n", text) if b.strip()):
-        if (m := _HEADING.match(block.splitlines()[0])):
-            deciding = bool(_DECISION.match((m["md"] or m["label"]).strip(" *_:")))
-        out.append((block, deciding))
-    return out
 
 
 def excerpt(unit: Unit, limit: int, inputs: SlateInputs, terms: frozenset[str] = frozenset()) -> Unit:
@@ -225,22 +211,22 @@ def excerpt(unit: Unit, limit: int, inputs: SlateInputs, terms: frozenset[str] =
     copy keeps the id, so the slate, `explain_selection` and `forget` name the record."""
     if unit.kind != "decision" or item_tokens(unit, inputs) <= limit:
         return unit
-    blocks = _blocks(unit.text)
-    rest = [i for i, (_, deciding) in enumerate(blocks) if not deciding]
-    shared = {i: len(content_terms(blocks[i][0]) & terms) for i in rest} if terms else {}
+    parts = blocks(unit.text)
+    rest = [i for i, (_, deciding) in enumerate(parts) if not deciding]
+    shared = {i: len(content_terms(parts[i][0]) & terms) for i in rest} if terms else {}
     asked = sorted((i for i in rest if shared.get(i)), key=lambda i: -shared[i])
-    runs = [([i for i, (_, deciding) in enumerate(blocks) if deciding], True), (asked, False),
+    runs = [([i for i, (_, deciding) in enumerate(parts) if deciding], True), (asked, False),
             ([i for i in rest if i not in asked], True)]  # (blocks, whether the run ends at one too big)
     room = limit - item_tokens(replace(unit, text=""), inputs) - MARK_RESERVE
     texts: dict[int, str] = {}
     for run, ends in runs:
         for i in run:
-            cost = piece_tokens(blocks[i][0]) + 2  # and the blank line between blocks, indented
+            cost = piece_tokens(parts[i][0]) + 2  # and the blank line between blocks, indented
             if cost <= room:
-                texts[i] = blocks[i][0]
+                texts[i] = parts[i][0]
                 room -= cost
             elif not texts and room > 8:  # nothing fits whole: the beginning of the first block
-                texts[i] = truncate(blocks[i][0], room - 4).rstrip() + " …"
+                texts[i] = truncate(parts[i][0], room - 4).rstrip() + " …"
                 room = 0
             elif ends:
                 break

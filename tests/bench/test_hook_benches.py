@@ -61,4 +61,7 @@ def test_adr_reach_counts_what_whole_records_and_excerpts_show(tmp_path):
     assert (row["decisions"], row["in_force"]) == (2, 2) and row["max_tokens"] > 400
     assert row["whole_records"]["slate"]["400"]["decision_shown"] == 1  # the long one never fits whole
     assert row["excerpts"]["slate"]["400"]["decision_shown"] == 2
+    deep = {mode: row[mode]["slate"]["400"] for mode in ("whole_records", "excerpts")}
+    assert deep["excerpts"]["deep_queries"] == 1 and (deep["whole_records"]["deep_in_slate"],
+                                                      deep["excerpts"]["deep_in_slate"]) == (0, 1)
     assert row["excerpts"]["digest"]["200"]["named"] == 2 and row["whole_records"]["digest"]["200"]["named"] == 1

@@ -13,13 +13,18 @@ import numpy as np
 import pytest
 from mcp import Client
 
+from agentmemrec.indexing.dense.models import models_dir
 from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking import features as F
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.dates import query_dates
 from agentmemrec.ranking.eval.train import ENSEMBLE
-from agentmemrec.ranking.learned import LENGTH_COST, LearnedRanker, RankerModel, shipped_models
+from agentmemrec.ranking.cross_encoder import OnnxReranker
+from agentmemrec.ranking.learned import DECISION_SHOWN_TOKENS, LENGTH_COST, LearnedRanker, RankerModel, shipped_models
+from agentmemrec.ranking.ranker import cross_encode
+from agentmemrec.ranking.records import cross_text
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.ranking.strength import SIGNAL_NAMES
 from agentmemrec.server.app import create_server
@@ -283,6 +288,33 @@ class Scores:
 
     def predict(self, x):
         return self.scores[: len(x)]
+
+
+def test_a_long_decision_pays_for_the_excerpt_a_slate_shows_not_for_its_whole_length():
+    pool = [cand(1, "adr", 1, {}, kind="decision", tokens=6000), cand(2, "turn", 2, {}, tokens=6000),
+            cand(3, "adr", 3, {}, kind="decision", tokens=DECISION_SHOWN_TOKENS), cand(4, "x", 4, {}, tokens=10)]
+    by_id = {sc.unit.id: sc.score for sc in LearnedRanker(None).order(pool, np.zeros((4, len(F.FEATURE_NAMES))),
+                                                                      Scores([1.0, 1.0, 1.0, 0.0]))}
+    assert by_id[1] == by_id[3] > by_id[2]
+
+
+LEDGER = ("Context:\n" + "\n\n".join(f"Finding {i}: the nightly ledger export and the settlement files disagree on "
+                                      "rounding and timing; each mismatch costs an analyst an hour." for i in range(8))
+          + "\n\nAlternatives:\nApache Jena was considered for the configuration store and dropped, because its "
+          "RDF store needs a JVM-wide lock.\n\nDecision:\nReconciliation flags a row above one cent.")
+
+
+def test_the_cross_encoder_reads_the_blocks_of_a_long_decision_that_bear_on_the_query(default_home):
+    reranker = OnnxReranker(models_dir(default_home) / "ms-marco-MiniLM-L-12-v2", device="cpu", max_tokens=128)
+    query = "why was Apache Jena dropped for the configuration store?"
+    adr = Unit(1, "p", "decision", LEDGER, count_tokens(LEDGER), T, 1, title="Ledger checks", status="accepted")
+    text = cross_text(adr, F.content_terms(query), 128)
+    assert text.startswith("Ledger checks\nAlternatives:\nApache Jena") and text.count("Finding") == 8
+    [read] = cross_encode(reranker, query, [Candidate(adr, 1, {}, 0.0)]).values()
+    [first_lines] = reranker.score(query, [adr.index_text()])
+    assert read > first_lines + 3
+    short = replace(adr, text="Reconciliation flags a row above one cent.\n\nContext:\nRounding.", tokens=14)
+    assert cross_text(short, F.content_terms(query), 128) == short.index_text()  # within the window: as written
 
 
 def test_a_unit_many_times_a_slate_items_length_pays_for_its_length_in_the_ranking():
