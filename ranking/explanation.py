@@ -108,10 +108,10 @@ def unpack(payload: dict[str, Any]) -> dict[str, Any]:
                    "lost_to": LOST_TO[lost[i]],
                    "channels": {name: {"rank": r[i], "score": s[i]} for name, (r, s) in hits.items() if r[i]},
                    "features": rows[i]} for i in range(n)]
-    for key, shown in pool.get("excerpts", {}).items():  # where the slate showed an excerpt, its size
-        for c in candidates:
-            if str(c["id"]) == key:
-                c["excerpt_tokens"] = shown
+    excerpts = pool.get("excerpts", {})  # where the slate showed an excerpt, its size
+    for c in candidates:
+        if str(c["id"]) in excerpts:
+            c["excerpt_tokens"] = excerpts[str(c["id"])]
     beyond = {name: dict(zip(map(str, _decode(b["ids"], "<i8").tolist()), _decode(b["ranks"], "<i4").tolist()))
               for name, b in pool["beyond_pool"].items()}
     return {**payload, "candidates": candidates, "beyond_pool": beyond}
