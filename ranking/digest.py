@@ -87,11 +87,11 @@ def digest(project: str, decisions: Sequence[Unit], budget: int) -> Digest:
 
     start = piece_tokens(preamble(project) + "\n")
     named: list[Unit] = []  # in force, by title alone
-    for shown in (lambda u: u, text):  # all of them whole, else with long ones as excerpts, if that fits
+    for form in (lambda u: u, text):  # all of them whole, else with long ones as excerpts, if that fits
         full: list[Unit] = []  # in force, with their text
         used = start
         for unit in live:
-            full.append(shown(unit))
+            full.append(form(unit))
             used += cost(full[-1])
             if used > budget:
                 full, used = [], start + piece_tokens(TITLES_HEADER + "\n")

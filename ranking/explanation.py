@@ -50,7 +50,7 @@ def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInpu
     lost = [LOST_TO.index(lost_to(o, sc.rank, t, cutoff, slate.budget)) for o, sc, t in zip(outcomes, ranked, tokens)]
     hits = {name: [sc.candidate.channels.get(name) for sc in ranked] for name in channels}
     names, matrix = _feature_matrix(ranked)
-    whole = {sc.unit.id: sc.unit.text for sc in ranked}
+    whole = {sc.unit.id: sc.unit.text for sc in ranked if sc.unit.kind == "decision"}  # only decisions are cut
     whole.update({u.id: u.text for chain in inputs.successors.values() for u in chain})
     return {
         "packed": PACKED, "n": len(ranked),
@@ -68,7 +68,8 @@ def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInpu
         "beyond_pool": {name: {"ids": _encode(list(ids), "<i8"), "ranks": _encode(list(ids.values()), "<i4")}
                         for name, ids in beyond.items()},
         # decisions the slate shows as an excerpt: id -> the excerpt's item tokens
-        "excerpts": {str(it.unit.id): it.tokens for it in slate.items if it.unit.text != whole.get(it.unit.id)},
+        "excerpts": {str(it.unit.id): it.tokens for it in slate.items
+                     if it.unit.id in whole and it.unit.text != whole[it.unit.id]},
     }
 
 

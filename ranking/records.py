@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.features import content_terms
+from agentmemrec.ranking.features import text_facts
 
 # A block that opens a section: a Markdown heading, or a `Heading:` line alone (as ADRs are stored)
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+(?P<md>.+?)[\s#]*|(?P<label>[A-Z][\w /&'()-]{0,60}):)\s*$")
@@ -41,6 +41,6 @@ def cross_text(unit: Unit, terms: frozenset[str], window: int) -> str:
     if unit.kind != "decision" or unit.tokens <= window:
         return text
     parts = blocks(unit.text)
-    shared = [len(content_terms(block) & terms) for block, _ in parts]
+    shared = [len(text_facts(block)[0] & terms) for block, _ in parts]  # terms memoised per text
     order = sorted(range(len(parts)), key=lambda i: (-shared[i], not parts[i][1], i))
     return "\n".join([p for p in (unit.title, unit.path) if p] + [parts[i][0] for i in order])

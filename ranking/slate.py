@@ -22,7 +22,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 from agentmemrec.indexing.lru import memo, memo_by_text, text_size
 from agentmemrec.indexing.tokens import count_tokens, truncate
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.features import content_terms
+from agentmemrec.ranking.features import content_terms, text_facts
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.records import blocks
 
@@ -213,7 +213,7 @@ def excerpt(unit: Unit, limit: int, inputs: SlateInputs, terms: frozenset[str] =
         return unit
     parts = blocks(unit.text)
     rest = [i for i, (_, deciding) in enumerate(parts) if not deciding]
-    shared = {i: len(content_terms(parts[i][0]) & terms) for i in rest} if terms else {}
+    shared = {i: len(text_facts(parts[i][0])[0] & terms) for i in rest} if terms else {}
     asked = sorted((i for i in rest if shared.get(i)), key=lambda i: -shared[i])
     runs = [([i for i, (_, deciding) in enumerate(parts) if deciding], True), (asked, False),
             ([i for i in rest if i not in asked], True)]  # (blocks, whether the run ends at one too big)
