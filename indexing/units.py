@@ -35,6 +35,7 @@ PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Single-line fields (ref, session, speaker, title, path) are rendered inside a slate's item
 # header, so they may hold no line break of any kind and no control character (tab aside).
 LINE_BREAK_OR_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+UNIT_ID = re.compile(r"#[0-9]{1,18}")  # how an id is written ('#42'): no ref may look like one
 ITEM_FIELDS = ("kind", "text", "ref", "session", "role", "speaker", "at", "title", "status",
                "supersedes", "path")
 
@@ -176,6 +177,25 @@ def _short(value: Any, what: str, position: str) -> str | None:
     return _one_line(value, what, position) or None
 
 
+def id_hint(name: str) -> str:
+    """What to add when a name found nothing and is a bare number: ids are written '#42'."""
+    if not re.fullmatch(r"[0-9]{1,18}", name):
+        return ""
+    return f" (the unit with id {name} is written '#{name}', quoted in a shell)"
+
+
+def _ref(value: Any, position: str) -> str | None:
+    """A ref names an item for later writes and for forget: one of spaces alone names nothing a
+    later call could repeat, and one written like an id would be read as that id."""
+    if isinstance(value, str) and value and not value.strip():
+        raise InputError(f"{position}: ref is blank; leave it out or give the item a name")
+    ref = _short(value, "ref", position)
+    if ref and UNIT_ID.fullmatch(ref):
+        raise InputError(f"{position}: ref {ref!r} is written like an id ('#42' names the unit with "
+                         "id 42); use another ref, e.g. without the '#'")
+    return ref
+
+
 def _text(value: Any, position: str) -> str:
     if not isinstance(value, str):
         raise InputError(f"{position}: text must be a string")
@@ -217,7 +237,7 @@ def validate_item(raw: dict[str, Any], position: str = "item") -> Item:
     item = Item(
         kind=kind,
         text=_text(raw.get("text"), position),
-        ref=_short(raw.get("ref"), "ref", position),
+        ref=_ref(raw.get("ref"), position),
         session=_short(raw.get("session"), "session", position),
         role=_choice(raw.get("role"), ROLES, "role", position),
         speaker=_short(raw.get("speaker"), "speaker", position),
@@ -251,10 +271,13 @@ def validate_batch(raw_items: Any) -> list[Item]:
         raise InputError(f"a batch holds at most {MAX_BATCH} items; got {len(raw_items)}, "
                          "send them in several calls")
     items = [validate_item(raw, f"item {i}") for i, raw in enumerate(raw_items, 1)]
-    refs = [it.ref for it in items if it.ref]
-    dupes = sorted({r for r in refs if refs.count(r) > 1})
+    where: dict[str, list[int]] = {}
+    for i, it in enumerate(items, 1):
+        if it.ref:
+            where.setdefault(it.ref, []).append(i)
+    dupes = [f"items {', '.join(map(str, at))}: ref {ref!r}" for ref, at in where.items() if len(at) > 1]
     if dupes:
-        raise InputError(f"refs {dupes} appear more than once in this batch; "
+        raise InputError(f"{'; '.join(dupes)} appears more than once in this batch; "
                          "send each ref once (a later call with the same ref updates it)")
     return items
 

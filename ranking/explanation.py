@@ -43,7 +43,7 @@ def lost_to(outcome: str, rank: int, tokens: int, cutoff: int, budget: int) -> s
 def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInputs,
               channels: Sequence[str], beyond: dict[str, dict[int, int]]) -> dict[str, Any]:
     """The candidates (in final rank order: rank i + 1) and what was cut off below the pool."""
-    in_slate = [it.rank for it in slate.items if it.rank is not None]
+    in_slate = [it.rank for it in slate.items if slate.outcomes.get(it.unit.id) == "in_slate"]
     cutoff = max(in_slate) if in_slate else 0
     outcomes = [slate.outcomes.get(sc.unit.id, "skipped_over_budget") for sc in ranked]
     tokens = [sc.unit.tokens for sc in ranked]

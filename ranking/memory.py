@@ -309,7 +309,8 @@ class Memory:
                        "items": sum(it.tokens for it in slate.items),
                        "headers": slate.tokens_used - slate.fixed_tokens
                        - sum(it.tokens for it in slate.items)},
-            "successors": [it.unit.id for it in slate.items if it.rank is None],
+            "successors": [it.unit.id for it in slate.items
+                           if slate.outcomes.get(it.unit.id) == "in_slate_as_successor"],
             "excluded_as_of": len(selection.excluded), "notes": list(slate.notes),
             "pool": pack_pool(slate, selection.ranked, selection.inputs, pool.channels, pool.cut_off),
         }

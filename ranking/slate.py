@@ -37,7 +37,7 @@ Outcome = Literal["in_slate", "in_slate_as_successor", "skipped_over_budget",
 @dataclass(frozen=True)
 class SlateItem:
     unit: Unit
-    rank: int | None  # None for a successor pulled in with its superseded decision
+    rank: int | None  # None for a successor pulled in from outside the ranking
     tokens: int
     status: str | None  # the decision status shown (effective at as_of)
 
@@ -137,6 +137,8 @@ def render_item(unit: Unit, inputs: SlateInputs) -> str:
             status = "proposed, not confirmed"
         elif status == "rejected":
             status = "REJECTED"
+        elif status == "superseded":  # stored as superseded, with no successor on record
+            status = "SUPERSEDED, successor not recorded"
         title = f" {one_line(unit.title)}." if unit.title else ""
         head = f"{label} decision ({status}, {unit.at:%Y-%m-%d}):{title}"
     else:
@@ -172,6 +174,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     open_sections: set[tuple] = set()
     outcomes: dict[int, Outcome] = {}
     groups: list[list[int]] = []  # ids added together, to undo the last group if needed
+    rank_of = {sc.unit.id: sc.rank for sc in ranked}  # a successor keeps its own rank, if ranked
     for sc in ranked:
         if sc.unit.id in chosen_ids:
             continue
@@ -186,7 +189,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
             used += cost
             open_sections |= sections
             for i, member in enumerate(group):
-                chosen.append((member, sc.rank if i == 0 else None))
+                chosen.append((member, rank_of.get(member.id)))
                 chosen_ids.add(member.id)
                 outcomes[member.id] = "in_slate" if i == 0 else "in_slate_as_successor"
             groups.append([m.id for m in group])

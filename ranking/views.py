@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.protocol import Store
-from agentmemrec.indexing.units import Unit, check_names, check_project
+from agentmemrec.indexing.units import Unit, check_names, check_project, id_hint
 
 
 def show(store: Store, project: str, ref: str) -> list[Unit]:
@@ -15,6 +15,6 @@ def show(store: Store, project: str, ref: str) -> list[Unit]:
     [ref] = check_names([ref], "ref")
     ids = store.ids_for(project, ref)
     if not ids:
-        raise InputError(f"{ref!r} names no unit in project {project!r}; pass a ref or id that "
-                         "recall_slate or list_projects showed for this project")
+        raise InputError(f"{ref!r} names no unit in project {project!r}{id_hint(ref)}; pass a ref, or "
+                         "an id written '#42', that recall_slate or list_projects showed for this project")
     return sorted(store.units(project, ids).values(), key=lambda u: u.chunk)

@@ -55,21 +55,34 @@ keeping. Call explain_selection when a slate seems to miss something; list_proje
 decisions_in_force and show_unit show what memory holds."""
 
 
-def _core(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Map the core's typed errors to what the model should see."""
+def _core(fn: Callable[..., T], *args: Any, refused: str = "", **kwargs: Any) -> T:
+    """Map the core's typed errors to what the model should see; `refused` is added to an
+    input error's message (what the refusal left unchanged)."""
     try:
         return fn(*args, **kwargs)
     except InputError as exc:
-        raise ToolError(str(exc)) from exc
+        raise ToolError(f"{exc}{refused}") from exc
     except StoreError as exc:
         log.error("store error: %s", exc)
         raise MCPError(-32603, f"memory store unavailable: {exc}") from exc
 
 
 class MemoryServer(MCPServer):
-    """The SDK server, with arguments its schema refuses reported in plain words."""
+    """The SDK server, with arguments its schema refuses reported in plain words. An argument a
+    tool does not take is refused too (the SDK would drop it: a misspelt `project` would write to
+    the default project), and each tool's schema says so (`additionalProperties: false`)."""
+
+    async def list_tools(self) -> list[Any]:
+        tools = await super().list_tools()
+        return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
+                for t in tools]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        taken = {t.name: set(t.input_schema.get("properties", {})) for t in await super().list_tools()}
+        unknown = sorted(set(arguments or {}) - taken.get(name, set(arguments or {})))
+        if unknown:
+            raise ToolError(f"{name} refused: unknown argument(s) {unknown}; it takes "
+                            f"{', '.join(sorted(taken[name]))}. Fix this and call again; nothing was changed.")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -162,7 +175,8 @@ def create_server(settings: Settings) -> MCPServer:
         private keys) is stored as a `[REDACTED:<kind>]` marker."""
         name = _core(access_of(ctx).resolve, project)
         raw = [it.model_dump(exclude_none=True) for it in items]
-        return stored(name, _core(memory_of(ctx).remember, name, raw))
+        return stored(name, _core(memory_of(ctx).remember, name, raw,
+                                  refused=". Fix this and call again; nothing was stored."))
 
     @tool(server, "Recall a slate", read_only=True, idempotent=False)
     def recall_slate(query: Query, ctx: Context, project: Project = None,
@@ -200,7 +214,8 @@ def create_server(settings: Settings) -> MCPServer:
         """Permanently remove units by ref (all chunks of a note) or id ('#42'). They never appear
         in a later slate or explanation. Unknown refs fail the whole call and remove nothing."""
         name = _core(access_of(ctx).resolve, project)
-        return ForgetResult(project=name, removed_ids=_core(memory_of(ctx).forget, name, refs))
+        return ForgetResult(project=name, removed_ids=_core(memory_of(ctx).forget, name, refs,
+                                                            refused="; nothing was removed"))
 
     add_views(server, tool, _core, memory_of, access_of)
     return server

@@ -115,7 +115,7 @@ class SlateItemOut(BaseModel):
     path: str | None
     tokens: int
     rank: int | None = Field(description="Final rank; null for a successor decision pulled in "
-                                         "with the decision it supersedes")
+                                         "with the decision it supersedes from outside the ranking")
 
 
 # written out in the slate's schema, not a $ref that a validator resolves again for every item

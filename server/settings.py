@@ -36,8 +36,9 @@ class Access:
     refusal: str  # how the caller gets more access
 
     def resolve(self, project: str | None) -> str:
-        """The project a call works on; names outside the allowed set are refused and logged."""
-        name = project or self.default
+        """The project a call works on (none or empty: the default); a name that is not a project
+        name gets the naming rules, one outside the allowed set is refused and logged."""
+        name = check_project(project) if project else self.default
         if name not in self.allowed:
             log.warning("denied: %s asked for project %r; allowed: %s", self.principal, name,
                         ",".join(sorted(self.allowed)))

@@ -23,7 +23,7 @@ from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, gene
 from agentmemrec.indexing.store.generations import CarriedCache, Generations
 from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
 from agentmemrec.indexing.store.writes import Prepared, resolve_all, write_batch
-from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash
+from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash, id_hint
 
 UNIT_CACHE_BYTES = 64 << 20  # per project: units weigh what their text does, up to 128 KiB each
 WARM_UNITS = 50_000  # read at most this many at a warm start (about half the cache, at a typical 650 bytes)
@@ -123,8 +123,9 @@ class SqlStore(ABC):
             resolved = {r: resolve_all(cur, project, r) for r in refs}
             missing = [r for r, ids in resolved.items() if not ids]
             if missing:
-                raise InputError(f"nothing to forget for {missing} in project {project!r}; "
-                                 "pass refs or ids as remember/recall_slate returned them")
+                raise InputError(f"nothing to forget for {missing} in project {project!r}"
+                                 f"{''.join(map(id_hint, missing[:1]))}; "
+                                 "pass refs, or ids written '#42', as remember/recall_slate returned them")
             ids = sorted({i for found in resolved.values() for i in found})
             for column in ("superseded_by", "supersedes"):
                 cur.execute(f"UPDATE units SET {column} = NULL WHERE {column} IN "

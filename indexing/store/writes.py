@@ -8,19 +8,17 @@ supersession links between decisions, which a write may create, change or refuse
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.protocol import WriteResult
-from agentmemrec.indexing.units import Chunk, Item
+from agentmemrec.indexing.units import UNIT_ID, Chunk, Item, id_hint
 
 if TYPE_CHECKING:
     from agentmemrec.indexing.store.sql_store import Cursor
 
-UNIT_ID = re.compile(r"#?[0-9]{1,18}")  # ASCII digits only ('¹'.isdigit()), and within BIGINT
 
 
 def now() -> datetime:
@@ -57,11 +55,11 @@ def write_batch(cur: Cursor, project: str, batch: list[Prepared],
     shrunk: list[tuple[str, int]] = []
     same: dict[str, int] = {}  # key -> id of chunks whose stored row already has this content
     rehash: list[tuple[str, int]] = []
-    for p in batch:
+    for position, p in enumerate(batch, 1):
         item = p.item
         old = by_ref.get(item.ref, []) if item.ref else []
         if old and old[0][1] != item.kind:
-            raise InputError(f"ref {item.ref!r} already names a {old[0][1]}, not a "
+            raise InputError(f"item {position}: ref {item.ref!r} already names a {old[0][1]}, not a "
                              f"{item.kind}; use another ref or forget it first")
         if old and all(row[2] == p.hash for row in old):
             plans.append((p, "unchanged", tuple(r[0] for r in old)))
@@ -98,11 +96,14 @@ def write_batch(cur: Cursor, project: str, batch: list[Prepared],
     known.update({p.item.ref: (ids[k[0]], p.item.kind) for p, outcome, k in plans
                   if p.item.ref and outcome != "unchanged" and k[0] in ids})
     results = []
-    for p, outcome, keys_or_ids in plans:
+    for position, (p, outcome, keys_or_ids) in enumerate(plans, 1):  # a plan per item, in order
         unit_ids = tuple(keys_or_ids) if outcome == "unchanged" else tuple(ids[k] for k in keys_or_ids)
         unit_ids = unit_ids or stored_before[p.hash]  # stored earlier, or earlier in this batch
         if outcome != "unchanged" and p.item.kind == "decision":
-            _link_supersession(cur, project, unit_ids[0], p.item.supersedes, known)
+            try:
+                _link_supersession(cur, project, unit_ids[0], p.item.supersedes, known)
+            except InputError as exc:
+                raise InputError(f"item {position}, field 'supersedes': {exc}") from None
         results.append(WriteResult(p.item.ref, unit_ids, outcome))
     return results
 
@@ -184,8 +185,8 @@ def _resolve(cur: Cursor, project: str, ref_or_id: str,
         return uid
     ids = resolve_all(cur, project, ref_or_id)
     if not ids:
-        raise InputError(f"{ref_or_id!r} names no unit in project {project!r}; "
-                         "pass a ref or id that recall_slate returned for this project")
+        raise InputError(f"{ref_or_id!r} names no unit in project {project!r}{id_hint(ref_or_id)}; pass a "
+                         "ref, or an id written '#42', that recall_slate returned for this project")
     if kind is not None:
         found = cur.execute("SELECT kind FROM units WHERE id = ?", [ids[0]]).fetchone()[0]
         if found != kind:
@@ -193,11 +194,15 @@ def _resolve(cur: Cursor, project: str, ref_or_id: str,
     return ids[0]
 
 def resolve_all(cur: Cursor, project: str, ref_or_id: str) -> list[int]:
-    rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
-                       [project, ref_or_id]).fetchall()
-    if not rows and UNIT_ID.fullmatch(ref_or_id):
+    """The units a name stands for: '#42' is the unit with id 42 (ASCII digits, within BIGINT),
+    anything else a ref (all its chunks). Never one for the other: a retried forget of a ref that
+    is a number must not remove the unit that number is the id of."""
+    if UNIT_ID.fullmatch(ref_or_id):
         rows = cur.execute("SELECT id FROM units WHERE project = ? AND id = ?",
-                           [project, int(ref_or_id.lstrip("#"))]).fetchall()
+                           [project, int(ref_or_id[1:])]).fetchall()
+    else:
+        rows = cur.execute("SELECT id FROM units WHERE project = ? AND ref = ? ORDER BY chunk",
+                           [project, ref_or_id]).fetchall()
     return [r[0] for r in rows]
 
 def _unchanged_chunks(cur: Cursor, project: str, item: Item,

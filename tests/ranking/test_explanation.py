@@ -23,7 +23,7 @@ def test_every_candidate_reads_back_as_the_recall_ranked_and_placed_it(memory, q
     slate = memory.recall("main", query, budget, as_of=AS_OF, pool_size=POOL)
     selection = memory.select("main", query, datetime.fromisoformat(AS_OF), POOL)  # the same ranking
     why = memory.explain(slate.slate_id, {"main"})
-    cutoff = max(it.rank for it in slate.items if it.rank is not None)
+    cutoff = max(it.rank for it in slate.items if slate.outcomes[it.unit.id] == "in_slate")
     assert len(why["candidates"]) == len(selection.ranked) == POOL
     for c, sc in zip(why["candidates"], selection.ranked):
         outcome = slate.outcomes.get(sc.unit.id, "skipped_over_budget")

@@ -164,11 +164,14 @@ async def test_explain_diagnoses_where_a_fact_was_lost(client):
     ([{"kind": "turn", "text": "   "}], "item 2: text is empty"),
     ([{"kind": "turn", "text": "x" * (128 * 1024 + 1)}], "item 2, field 'text': has more than 131072 characters"),
     ([{"kind": "turn", "text": "é" * (64 * 1024 + 1)}], "item 2: text is 131074 bytes, over the 131072-byte limit"),
-    ([{"kind": "decision", "text": "x", "supersedes": "ghost"}], "names no unit"),
+    ([{"kind": "decision", "text": "x", "supersedes": "ghost"}], "item 2, field 'supersedes': 'ghost' names no unit"),
     ([{"kind": "note", "text": "x"}], "needs the file path"),
     ([{"kind": "note", "text": "x", "path": "../etc/passwd"}], "relative to the project root"),
     ([{"kind": "turn", "text": "ok", "at": "yesterday"}], "ISO 8601"),
-    ([{"kind": "turn", "text": "ok", "ref": "a"}, {"kind": "turn", "text": "ok2", "ref": "a"}], "more than once"),
+    ([{"kind": "turn", "text": "ok", "ref": "a"}, {"kind": "turn", "text": "ok2", "ref": "a"}],
+     "items 2, 3: ref 'a' appears more than once"),
+    ([{"kind": "turn", "text": "ok", "ref": "   "}], "item 2: ref is blank"),
+    ([{"kind": "turn", "text": "ok", "ref": "#12"}], "item 2: ref '#12' is written like an id"),
     ([{"kind": "turn", "text": "ok", "colour": "red"}], "item 2, field 'colour': is not a field; valid fields: kind"),
     ([{"kind": "turn"}], "item 2, field 'text': is required"),
     ([{"text": "ok"}, "x"],
@@ -177,13 +180,15 @@ async def test_explain_diagnoses_where_a_fact_was_lost(client):
     ([{"kind": "turn", "text": "ok", "ref": "\ud800"}], "not valid Unicode"),
     ([{"kind": "turn", "text": "ok", "at": "9999-12-31T23:59:59-14:00"}], "out of range"),
     ([{"kind": "decision", "ref": "a", "text": "A", "supersedes": "b"},
-      {"kind": "decision", "ref": "b", "text": "B", "supersedes": "a"}], "cycle"),
+      {"kind": "decision", "ref": "b", "text": "B", "supersedes": "a"}],
+     "item 3, field 'supersedes': supersedes='a' would make a cycle"),
 ])
 async def test_bad_items_get_a_clear_error_and_nothing_is_written(client, items, fragment):
     good = turn("this valid item must not be stored when the batch fails", ref="good")
     msg = await call_error(client, "remember", items=[good, *items])
     assert fragment in msg
     assert "pydantic" not in msg and "http" not in msg and "Input should" not in msg
+    assert msg.endswith(("nothing was changed.", "nothing was stored."))
     slate = await call(client, "recall_slate", with_items=True, query="valid item stored batch fails")
     assert slate["items"] == []
 
@@ -207,6 +212,53 @@ async def test_unknown_slate_and_unknown_forget_refs_are_errors_that_change_noth
     assert "missing" in msg
     slate = await call(client, "recall_slate", with_items=True, query="keep me around")
     assert [i["ref"] for i in slate["items"]] == ["keep"]
+
+
+async def test_an_argument_a_tool_does_not_take_is_refused_not_dropped(client):
+    """A misspelt `project` must not write to the default project."""
+    msg = await call_error(client, "remember", items=[turn("meant for beta", ref="typo")], projct="beta")
+    assert "remember refused: unknown argument(s) ['projct']; it takes items, project" in msg
+    assert "unknown argument(s) ['budget']" in await call_error(client, "recall_slate", query="beta", budget=200)
+    assert "names no unit" in await call_error(client, "show_unit", ref="typo")
+    assert "names no unit" in await call_error(client, "show_unit", ref="typo", project="beta")
+    schemas = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+    assert all(schema["additionalProperties"] is False for schema in schemas.values())
+
+
+async def test_ids_are_written_with_a_hash_and_a_numeric_ref_never_names_an_id(client):
+    """A retried forget of a ref that is a number must not remove the unit with that id."""
+    kept = await call(client, "remember", items=[{"kind": "decision", "ref": "keep-me", "title": "Keep",
+                                                  "text": "Payments stay on Postgres."}])
+    keep_id = kept["items"][0]["ids"][0]
+    await call(client, "remember", items=[turn("scratch note", ref=str(keep_id))])
+    first = await call(client, "forget", refs=[str(keep_id)])
+    assert keep_id not in first["removed_ids"]
+    msg = await call_error(client, "forget", refs=[str(keep_id)])
+    assert f"the unit with id {keep_id} is written '#{keep_id}'" in msg and msg.endswith("nothing was removed")
+    assert (await call(client, "show_unit", ref="keep-me"))["units"][0]["id"] == keep_id
+    assert (await call(client, "forget", refs=[f"#{keep_id}"]))["removed_ids"] == [keep_id]
+    assert "names no unit" in await call_error(client, "show_unit", ref="keep-me")
+
+
+async def test_core_refusals_name_the_item_and_say_nothing_was_stored(client):
+    await call(client, "remember", items=[turn("an earlier turn", ref="m5")])
+    msg = await call_error(client, "remember", items=[turn("fine", ref="m6"),
+                                                      {"kind": "decision", "text": "D", "ref": "m5"}])
+    assert "remember: item 2: ref 'm5' already names a turn, not a decision" in msg
+    assert msg.endswith("Fix this and call again; nothing was stored.")
+    assert "names no unit" in await call_error(client, "show_unit", ref="m6")
+
+
+async def test_a_project_name_that_is_not_one_gets_the_naming_rules(client):
+    msg = await call_error(client, "remember", project="bad name!", items=[turn("x")])
+    assert "invalid project name 'bad name!'" in msg and "--allow" not in msg
+
+
+async def test_a_decision_stored_as_superseded_without_a_successor_says_so(client):
+    await call(client, "remember", items=[{"kind": "decision", "ref": "lone", "title": "Old cache",
+                                           "status": "superseded", "text": "We cache sessions in Memcached."}])
+    slate = await call(client, "recall_slate", query="where do we cache sessions memcached")
+    assert "[#" in slate["context"] and "(SUPERSEDED, successor not recorded," in slate["context"]
 
 
 async def test_batches_over_the_limit_are_refused(client):
