@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sys
@@ -41,8 +42,16 @@ def capture_target(settings: Settings, projects: frozenset[str] | None) -> Targe
                   TranscriptOptions(include_sidechains=settings.include_sidechains))
 
 
-def capture_state(settings: Settings) -> Path:
-    return settings.home / "capture" / "claude-code.json"
+CLAUDE_DIR_POLL_S = 2.0  # how often a server looks for a Claude Code folder not yet made
+
+
+def capture_state(settings: Settings, projects: frozenset[str]) -> Path:
+    """The read offsets of a capture for these projects. A server reads every transcript but
+    stores only its projects' sessions, so each set of projects keeps its own offsets: a server for
+    one repository must not mark another repository's sessions as read for that one's server."""
+    key = ",".join(sorted(projects))
+    name = key if len(key) <= 96 else hashlib.sha256(key.encode()).hexdigest()[:16]
+    return settings.home / "capture" / f"claude-code.{name}.json"
 
 
 @asynccontextmanager
@@ -57,19 +66,25 @@ async def background_sources(settings: Settings, memory: Sink) -> AsyncIterator[
                      " ".join(settings.note_globs), settings.project)
             tg.start_soon(_guarded, f"watching {folder}", partial(
                 watch_notes, memory, settings.project, folder, note_rules(settings)))
-        claude_dir = settings.claude_dir.expanduser()
-        if settings.capture_claude_code and claude_dir.is_dir():
-            log.info("capturing Claude Code sessions from %s for projects %s", claude_dir,
-                     ",".join(sorted(settings.allowed)))
-            tg.start_soon(_guarded, "Claude Code capture", partial(
-                capture_claude_code, memory, claude_dir, capture_target(settings, settings.allowed),
-                capture_state(settings)))
-        elif settings.capture_claude_code:
-            log.warning("no Claude Code transcripts at %s; capture is off", claude_dir)
+        if settings.capture_claude_code:
+            tg.start_soon(_guarded, "Claude Code capture", partial(_capture, settings, memory))
         try:
             yield
         finally:
             tg.cancel_scope.cancel()
+
+
+async def _capture(settings: Settings, memory: Sink) -> None:
+    """Capture as sessions are written; on a new install the server may start before Claude Code
+    has made its folder, so capture starts when the folder appears."""
+    claude_dir = settings.claude_dir.expanduser()
+    if not claude_dir.is_dir():
+        log.info("no Claude Code transcripts at %s yet; capture starts when the folder appears", claude_dir)
+        while not claude_dir.is_dir():
+            await anyio.sleep(CLAUDE_DIR_POLL_S)
+    log.info("capturing Claude Code sessions from %s for projects %s", claude_dir, ",".join(sorted(settings.allowed)))
+    await capture_claude_code(memory, claude_dir, capture_target(settings, settings.allowed),
+                              capture_state(settings, settings.allowed))
 
 
 async def _guarded(what: str, task: Callable[[], Awaitable[None]]) -> None:

@@ -202,6 +202,48 @@ async def test_serve_capture_claude_code_fills_the_served_projects(home, claude,
     assert all(i["session"] == "sess-1" for i in slate["items"])  # sess-2 is another repository's
 
 
+async def _served_until(settings: Any, project: str, query: str) -> list[dict[str, Any]]:
+    """The items a served project's slate holds once capture has stored a match for `query`."""
+    async with Client(create_server(settings)) as client:
+        with anyio.fail_after(30):
+            while not (items := (await call(client, "recall_slate", project=project, with_items=True,
+                                            query=query))["items"]):
+                await anyio.sleep(0.05)  # polling the condition, bounded by fail_after
+    return items
+
+
+@pytest.mark.anyio
+async def test_the_server_of_one_repository_leaves_another_repositorys_sessions_to_its_server(home, claude):
+    """Each server reads every transcript; what one skips as another project's stays unread for
+    the other's server (with shared offsets, the website's session was never stored)."""
+    projects, _, _ = claude
+
+    def settings(project: str) -> Any:
+        return serve_settings(build_parser().parse_args(
+            ["serve", "--project", project, "--capture-claude-code", "--claude-dir", str(projects)]))
+    items = await _served_until(settings("payments"), "payments", "ledger table lock")
+    assert all(i["session"] == "sess-1" for i in items)
+    items = await _served_until(settings("website"), "website", "website settlement banner blue")
+    assert [i["session"] for i in items] == ["sess-2"]
+
+
+@pytest.mark.anyio
+async def test_capture_starts_when_the_claude_code_folder_appears(home, claude, tmp_path, monkeypatch):
+    """On a new install the server starts before Claude Code makes ~/.claude/projects."""
+    monkeypatch.setattr("agentmemrec.server.sources.CLAUDE_DIR_POLL_S", 0.1)
+    projects, _, _ = claude
+    later = tmp_path / "later" / "projects"
+    settings = serve_settings(build_parser().parse_args(
+        ["serve", "--project", "website", "--capture-claude-code", "--claude-dir", str(later)]))
+    async with Client(create_server(settings)) as client:
+        assert (await call(client, "recall_slate", with_items=True, query="website banner"))["items"] == []
+        later.parent.mkdir()
+        projects.rename(later)  # Claude Code makes its folder and writes a session
+        with anyio.fail_after(30):
+            while not (await call(client, "recall_slate", with_items=True, query="website banner"))["items"]:
+                await anyio.sleep(0.05)  # polling the condition, bounded by fail_after
+
+
 def test_serve_refuses_a_folder_it_cannot_watch(home, tmp_path, capsys):
     assert main(["serve", "--watch", str(tmp_path / "nope")]) == 2
     assert "cannot watch" in capsys.readouterr().err
