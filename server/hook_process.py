@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from agentmemrec.server.owner_socket import HOME_ENV, STORE_ENV, NoOwner, ask, default_home
 
@@ -54,17 +54,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _budget(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if not 200 <= value <= MAX_HOOK_BUDGET:
-        raise argparse.ArgumentTypeError(f"use 200 to {MAX_HOOK_BUDGET} tokens")
+        raise argparse.ArgumentTypeError(f"use 200 to {MAX_HOOK_BUDGET} tokens, not {text!r}")
     return value
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 60:
-        raise argparse.ArgumentTypeError("use a number of seconds above 0, at most 60")
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 60:  # also false for nan
+        raise argparse.ArgumentTypeError(f"use a number of seconds above 0, at most 60, not {text!r}")
     return value
+
+
+class HookParser(argparse.ArgumentParser):
+    """A hook's bad option must not break the prompt: Claude Code reads exit code 2 as "block this
+    prompt". The error goes to hook.log and stderr, and the hook exits 0 adding nothing."""
+
+    def error(self, message: str) -> NoReturn:
+        text = f"{self.prog}: {message}; the hook adds nothing until its command is fixed (see `setup`)"
+        log(default_home(), text)
+        sys.stderr.write(text + "\n")
+        raise SystemExit(0)
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -76,7 +93,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="agentmemrec hook", description="Answer a Claude Code "
+    parser = HookParser(prog="agentmemrec hook", description="Answer a Claude Code "
                                      "hook event on stdin with context from memory on stdout.")
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -215,6 +215,18 @@ def test_the_hook_process_imports_nothing_heavy(home, owner, repos):
     assert "agentmemrec" in imported and not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--budget", "2700"], "argument --budget: use 200 to 2000 tokens, not '2700'"),
+    (["--deadline", "abc"], "argument --deadline: use a number of seconds above 0, at most 60, not 'abc'"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_bad_option_never_blocks_the_prompt(home, repos, args, said):
+    """Claude Code blocks a prompt whose UserPromptSubmit hook exits 2 (argparse's error code)."""
+    done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt="payment broker"), *args)
+    assert (done.returncode, done.stdout) == (0, "")
+    assert said in done.stderr and said in (home / "hook.log").read_text()
+
+
 def test_past_its_deadline_the_hook_prints_nothing_and_exits_0(home, repos):
     home.mkdir(parents=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # an owner that never answers
