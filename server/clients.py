@@ -112,10 +112,35 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
         settings = None if remove else hook_command(target)
         return [_edit(target.user_dir / ".claude.json",
                       lambda doc: _set_server(_folder(doc, target.repo, entry is not None), entry)),
-                _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings))]
+                _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings)),
+                *([] if remove else _excluded(target.repo))]
     path = target.repo / ".cursor" / "mcp.json" if target.client == "cursor" \
         else desktop_config(target.user_dir, target.platform)
     return [_edit(path, lambda doc: _set_server(doc, entry))]
+
+
+# settings.local.json is personal (absolute paths to this machine's install): kept out of git, as
+# Claude Code does for the file it makes, with setup's backups beside it
+PRIVATE = (".claude/settings.local.json", ".claude/*.agentmemrec.bak")
+
+
+def _excluded(repo: Path) -> list[Change]:
+    """The repository's own exclude file (`.git/info/exclude`, never committed) with the private
+    files added, if a line of it does not already name them; nothing outside a git repository."""
+    if not (repo / ".git").is_dir():
+        return []
+    path = repo / ".git" / "info" / "exclude"
+    try:
+        before = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        before = None
+    lines = (before or "").splitlines()
+    missing = [p for p in PRIVATE if p not in lines and f"/{p}" not in lines]
+    if not missing:
+        return [Change(path, before, before)]
+    head = (before or "") + ("\n" if before and not before.endswith("\n") else "")
+    return [Change(path, before, head + "# agentmemrec setup: personal Claude Code settings\n"
+                   + "".join(f"{p}\n" for p in missing))]
 
 
 def apply(change: Change) -> Path | None:

@@ -28,9 +28,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def cmd_setup(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.sources.transcripts import ProjectMap, git_root  # noqa: PLC0415
+    from agentmemrec.indexing.errors import InputError  # noqa: PLC0415
     from agentmemrec.indexing.units import check_project  # noqa: PLC0415
     from agentmemrec.server import clients  # noqa: PLC0415
     from agentmemrec.server.owner_socket import HOME_ENV  # noqa: PLC0415
+    if args.dir is not None and not args.dir.expanduser().is_dir():
+        raise InputError(f"--dir {args.dir}: no such folder; pass the repository's folder (nothing was written)")
     repo = git_root(str((args.dir or Path.cwd()).expanduser().resolve()))
     project = check_project(args.project or ProjectMap().project_for(str(repo)) or "default")
     env = ((HOME_ENV, str(Path(os.environ[HOME_ENV]).expanduser().resolve())),) if os.environ.get(HOME_ENV) else ()

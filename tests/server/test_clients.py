@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,17 +68,39 @@ def test_claude_code_gets_the_server_and_both_hooks_beside_what_was_there(folder
     assert read(user / ".claude.json.agentmemrec.bak") == CLAUDE_JSON
 
 
+def test_the_personal_settings_and_backups_stay_out_of_git(tmp_path, capsys):
+    user, repo = tmp_path / "user", tmp_path / "payments-api"
+    user.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.local.json").write_text(json.dumps(SETTINGS))  # a backup is made
+    assert setup(user, repo, "claude-code") == 0
+    assert (repo / ".claude" / "settings.local.json.agentmemrec.bak").exists()
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout
+    assert status == ""
+    assert setup(user, repo, "claude-code") == 0 and "exclude: already set up" in capsys.readouterr().out
+
+
+def test_a_dir_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path, capsys):
+    user = tmp_path / "user"
+    user.mkdir()
+    assert setup(user, tmp_path / "nope", "claude-code") == 2
+    assert "--dir" in capsys.readouterr().err
+    assert not (tmp_path / "nope").exists() and list(user.iterdir()) == []
+
+
 def test_running_setup_twice_changes_nothing(folders, capsys):
     user, repo = folders
     assert setup(user, repo, "claude-code") == 0
-    files = [user / ".claude.json", repo / ".claude" / "settings.local.json"]
+    files = [user / ".claude.json", repo / ".claude" / "settings.local.json", repo / ".git" / "info" / "exclude"]
     first = [p.read_bytes() for p in files]
-    backups = [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files]
+    backups = [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files[:2]]
     capsys.readouterr()
     assert setup(user, repo, "claude-code") == 0
-    assert capsys.readouterr().out.count("already set up") == 2
+    assert capsys.readouterr().out.count("already set up") == 3
     assert [p.read_bytes() for p in files] == first
-    assert [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files] == backups
+    assert [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files[:2]] == backups
 
 
 def test_dry_run_prints_the_diff_and_writes_nothing(folders, capsys):
