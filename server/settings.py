@@ -12,6 +12,7 @@ from typing import Mapping
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.indexing.sources.notes import DEFAULT_GLOBS
+from agentmemrec.indexing.sources.transcripts import ProjectMap, git_root
 from agentmemrec.indexing.store.backends import check_store_url
 from agentmemrec.indexing.units import check_project
 from agentmemrec.ranking.candidates import DEFAULT_POOL
@@ -77,7 +78,8 @@ class Settings:
              env: Mapping[str, str] = os.environ, **extra: object) -> "Settings":
         """The default project is always allowed; `allow` adds more (comma-separated or a list).
         The store is `store` (from --store), else `AGENTMEMREC_STORE`, else the home's DuckDB file."""
-        project = check_project(project or env.get("AGENTMEMREC_PROJECT") or "default")
+        project = check_project(project or env.get("AGENTMEMREC_PROJECT") or repository_project(Path.cwd())
+                                or "default")
         names = allow.split(",") if isinstance(allow, str) else list(allow or [])
         allowed = frozenset({project, *(check_project(n.strip()) for n in names if n.strip())})
         store = extra.pop("store", None) or env.get(STORE_ENV) or None
@@ -93,6 +95,17 @@ class Settings:
 
     def resolve_project(self, project: str | None) -> str:
         return self.access.resolve(project)
+
+
+def repository_project(cwd: Path) -> str | None:
+    """The project of the git repository around `cwd`: the name setup, the hook and captured
+    sessions give it, so a command run in a repository works on what its client reads. None
+    outside a repository."""
+    try:
+        root = git_root(str(cwd.resolve()))
+    except OSError:  # a cwd that was removed
+        return None
+    return ProjectMap().project_for(str(root)) if (root / ".git").exists() else None
 
 
 def watch_folders(paths: list[str] | list[Path] | None) -> tuple[Path, ...]:

@@ -27,7 +27,9 @@ def store_arg(p: argparse.ArgumentParser) -> None:
 def project_args(p: argparse.ArgumentParser, allow: bool = False) -> None:
     """--project (and --allow for a server), with the store they live in."""
     store_arg(p)
-    p.add_argument("--project", help="project to work on (default: $AGENTMEMREC_PROJECT or 'default')")
+    p.add_argument("--project", help="project to work on (default: $AGENTMEMREC_PROJECT, else the name of "
+                                     "the git repository around the current folder, as setup and the hook "
+                                     "use, else 'default')")
     if allow:
         p.add_argument("--allow", default="", help="other projects this server may serve, comma-separated")
 

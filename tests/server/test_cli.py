@@ -97,3 +97,22 @@ def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert stats["projects"][0]["units"] == 3 and stats["database_bytes"] > 0
     assert any("no embedder is installed" in n for n in stats["projects"][0]["limits"])
+
+
+def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, tmp_path, capsys, monkeypatch):
+    """The project setup, the hook and captured sessions use for the repository, so notes a user
+    adds from its folder reach the agent working there; outside a repository, 'default'."""
+    repo = tmp_path / "payments-api"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    monkeypatch.delenv("AGENTMEMREC_PROJECT", raising=False)
+    monkeypatch.chdir(repo / "src")
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "The ledger job runs at 02:00 UTC.", "ref": "t1"}))
+    assert main(["import", str(src)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", str(src)]) == 0
+    capsys.readouterr()
+    assert main(["ls"]) == 0
+    listing = capsys.readouterr().out
+    assert re.search(r"^payments-api +1 +1 ", listing, re.M) and re.search(r"^default +1 +1 ", listing, re.M), listing
