@@ -114,7 +114,11 @@ class _Handler(socketserver.StreamRequestHandler):
                                          "bytes is more than any valid call needs; it was not read"}))
             self._discard_rest()
         elif line.endswith(b"\n"):
-            self.wfile.write(self.server.owner.answer(line))  # type: ignore[attr-defined]
+            answer = self.server.owner.answer(line)  # type: ignore[attr-defined]
+            try:
+                self.wfile.write(answer)
+            except (BrokenPipeError, ConnectionResetError):  # a hook past its deadline went away
+                log.info("a caller went away before its answer was ready")
 
 
     def _discard_rest(self) -> None:

@@ -185,3 +185,23 @@ def test_a_device_the_owners_models_do_not_run_on_is_refused(minilm_home, tmp_pa
     finally:
         for shared in (other, same, owner):
             shared.close()
+
+
+def test_a_caller_that_leaves_before_its_answer_costs_one_log_line_not_a_traceback(home, caplog, capfd):
+    """A hook past its deadline closes its socket; the owner's answer then meets a closed pipe."""
+    owner = SharedMemory(home).start()
+    try:
+        owner.remember("p", [turn(f"Payments retry webhook {i} with backoff.", ref=f"w{i}") for i in range(50)])
+        with caplog.at_level("INFO", logger="agentmemrec.owner"):
+            for _ in range(3):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.connect(str(socket_path(home)))
+                    sock.sendall(b'{"op": "recall", "args": ["p", "payments webhook backoff", 4000]}\n')
+                    sock.shutdown(socket.SHUT_RDWR)
+            assert owner.recall("p", "webhook backoff").items  # still serving
+            threading.Event().wait(0.5)  # the handler threads finish their writes
+    finally:
+        owner.close()
+    assert "Traceback" not in capfd.readouterr().err
+    went = [r.levelname for r in caplog.records if "went away" in r.getMessage()]
+    assert went and set(went) == {"INFO"}
