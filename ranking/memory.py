@@ -207,7 +207,7 @@ class Memory:
         """The four stages for one query; the explanation is saved under the slate's id.
         `pool_size` is the caller's (None: this memory's configuration)."""
         check_project(project)
-        query, budget = _check_query(query), _check_budget(budget)
+        query, budget = check_query(query), check_budget(budget)
         pool_size = self.config.pool_size if pool_size is None else _check_pool(pool_size)
         selection = self.select(project, query, parse_time(as_of, "as_of"), pool_size)
         slate = self.build(selection, budget)
@@ -399,7 +399,7 @@ def _unit_fields(u: Unit) -> dict[str, Any]:
             "status": u.status, "path": u.path, "at": u.at.isoformat()}
 
 
-def _check_query(query: Any) -> str:
+def check_query(query: Any) -> str:
     if not isinstance(query, str) or not query.strip():
         raise InputError("query is empty; describe what the memory should be about")
     check_utf8(query, "query")
@@ -414,7 +414,7 @@ def _check_pool(size: Any) -> int:
     return size
 
 
-def _check_budget(budget: Any) -> int:
+def check_budget(budget: Any) -> int:
     if isinstance(budget, bool) or not isinstance(budget, int) or not MIN_BUDGET <= budget <= MAX_BUDGET:
         raise InputError(f"budget_tokens must be an integer in [{MIN_BUDGET}, {MAX_BUDGET}]; "
                          f"got {budget!r}")

@@ -16,5 +16,5 @@ def show(store: Store, project: str, ref: str) -> list[Unit]:
     ids = store.ids_for(project, ref)
     if not ids:
         raise InputError(f"{ref!r} names no unit in project {project!r}{id_hint(ref)}; pass a ref, or "
-                         "an id written '#42', that recall_slate or list_projects showed for this project")
+                         "an id written '#42', that a slate or a listing showed for this project")
     return sorted(store.units(project, ids).values(), key=lambda u: u.chunk)

@@ -125,7 +125,7 @@ class SqlStore(ABC):
             if missing:
                 raise InputError(f"nothing to forget for {missing} in project {project!r}"
                                  f"{''.join(map(id_hint, missing[:1]))}; "
-                                 "pass refs, or ids written '#42', as remember/recall_slate returned them")
+                                 "pass refs, or ids written '#42', as a write or a slate returned them")
             ids = sorted({i for found in resolved.values() for i in found})
             for column in ("superseded_by", "supersedes"):
                 cur.execute(f"UPDATE units SET {column} = NULL WHERE {column} IN "

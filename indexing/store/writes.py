@@ -186,7 +186,7 @@ def _resolve(cur: Cursor, project: str, ref_or_id: str,
     ids = resolve_all(cur, project, ref_or_id)
     if not ids:
         raise InputError(f"{ref_or_id!r} names no unit in project {project!r}{id_hint(ref_or_id)}; pass a "
-                         "ref, or an id written '#42', that recall_slate returned for this project")
+                         "ref, or an id written '#42', that a slate showed for this project")
     if kind is not None:
         found = cur.execute("SELECT kind FROM units WHERE id = ?", [ids[0]]).fetchone()[0]
         if found != kind:

@@ -154,7 +154,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
+    from agentmemrec.ranking.memory import check_budget, check_query  # noqa: PLC0415
     from agentmemrec.server.app import slate_result  # noqa: PLC0415
+    check_query(args.query), check_budget(args.budget)  # refused before the store is opened or made
     settings = Settings.load(args.project, store=args.store)
     memory = open_memory(settings)
     try:

@@ -116,3 +116,10 @@ def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, t
     assert main(["ls"]) == 0
     listing = capsys.readouterr().out
     assert re.search(r"^payments-api +1 +1 ", listing, re.M) and re.search(r"^default +1 +1 ", listing, re.M), listing
+
+
+def test_a_recall_the_core_would_refuse_is_refused_before_a_store_is_made(home, capsys):
+    for args, said in ((["recall", "  "], "query is empty"), (["recall", "ledger", "--budget", "0"], "budget_tokens")):
+        assert main(args) == 2
+        assert said in capsys.readouterr().err
+    assert not home.exists()  # no store file, no lock: nothing was written
