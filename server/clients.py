@@ -49,6 +49,7 @@ class Target:
     project: str
     platform: str = sys.platform
     env: tuple[tuple[str, str], ...] = ()  # AGENTMEMREC_HOME, when set, travels with the entries
+    watch: bool = True  # the server keeps the repository's notes and ADRs in memory
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def server_entry(target: Target) -> dict[str, Any]:
     args += ["serve", "--project", target.project]
     if target.client == "claude-code":
         args.append("--capture-claude-code")  # its sessions become memory as they are written
+    if target.watch and target.client != "claude-desktop":  # a per-repository server
+        args += ["--watch", str(target.repo)]  # its notes and ADRs, as they change
     entry: dict[str, Any] = {"type": "stdio"} if target.client == "claude-code" else {}
     entry.update({"command": command, "args": args})
     if target.env:

@@ -21,6 +21,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="the repository (default: the git repository around the current folder)")
     p.add_argument("--user-dir", type=Path, default=None,
                    help="the folder holding the client's user configuration (default: your home folder)")
+    p.add_argument("--no-watch", dest="watch", action="store_false",
+                   help="do not have the server watch the repository's notes and ADRs (Claude Code, Cursor)")
     p.add_argument("--dry-run", action="store_true", help="print the changes as a diff; write nothing")
     p.add_argument("--remove", action="store_true", help="take out what setup added, and nothing else")
     return {"setup": cmd_setup}
@@ -37,7 +39,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
     repo = git_root(str((args.dir or Path.cwd()).expanduser().resolve()))
     project = check_project(args.project or ProjectMap().project_for(str(repo)) or "default")
     env = ((HOME_ENV, str(Path(os.environ[HOME_ENV]).expanduser().resolve())),) if os.environ.get(HOME_ENV) else ()
-    target = clients.Target(args.client, (args.user_dir or Path.home()).expanduser(), repo, project, env=env)
+    target = clients.Target(args.client, (args.user_dir or Path.home()).expanduser(), repo, project, env=env,
+                            watch=args.watch)
     changes = clients.changes(target, remove=args.remove)
     for change in changes:
         if not change.changed:

@@ -47,8 +47,8 @@ def test_claude_code_gets_the_server_and_both_hooks_beside_what_was_there(folder
     out = capsys.readouterr().out
     claude = read(user / ".claude.json")
     server = claude["projects"][str(repo)]["mcpServers"]["agentmemrec"]
-    assert server["type"] == "stdio" and server["args"][-4:] == ["serve", "--project", "payments-api",
-                                                               "--capture-claude-code"]
+    assert server["type"] == "stdio" and server["args"][-6:] == ["serve", "--project", "payments-api",
+                                                               "--capture-claude-code", "--watch", str(repo)]
     assert server["env"] == {"AGENTMEMREC_HOME": str(home.resolve())}
     assert {k: v for k, v in claude.items() if k != "projects"} == {k: v for k, v in CLAUDE_JSON.items()
                                                                     if k != "projects"}
@@ -140,7 +140,10 @@ def test_cursor_and_claude_desktop_get_the_server_entry(folders, monkeypatch):
     assert config["theme"] == "dark" and config["mcpServers"]["fs"] == {"command": "fs-mcp"}
     assert config["mcpServers"]["agentmemrec"]["args"][-3:] == ["serve", "--project", "shared"]
     cursor = read(repo / ".cursor" / "mcp.json")
-    assert cursor["mcpServers"]["agentmemrec"]["args"][-3:] == ["serve", "--project", "payments-api"]
+    assert cursor["mcpServers"]["agentmemrec"]["args"][-5:] == ["serve", "--project", "payments-api", "--watch",
+                                                                str(repo)]
+    assert setup(user, repo, "cursor", "--no-watch") == 0
+    assert read(repo / ".cursor" / "mcp.json")["mcpServers"]["agentmemrec"]["args"][-1] == "payments-api"
     assert "type" not in cursor["mcpServers"]["agentmemrec"]
 
 

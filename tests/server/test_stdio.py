@@ -72,3 +72,30 @@ def test_demo_runs_three_recalls_through_a_real_server(tmp_path):
     assert proc.stdout.count("# memory slate s_") == 3
     assert "SUPERSEDED by #" in proc.stdout and "REJECTED" in proc.stdout
     assert "units of other projects never read" in proc.stdout
+
+
+async def test_the_server_setup_configures_keeps_the_repositorys_adrs_in_memory(tmp_path, monkeypatch):
+    """What a user gets from `setup claude-code` alone: the configured command, started as Claude
+    Code starts it, fills memory with the repository's decision records."""
+    from mcp.client.stdio import StdioServerParameters
+
+    from agentmemrec.server.cli import main
+    repo, user = tmp_path / "payments-api", tmp_path / "user"
+    (repo / ".git").mkdir(parents=True)
+    user.mkdir()
+    adr = repo / "docs" / "adr" / "0001-payment-events-on-kafka.md"
+    adr.parent.mkdir(parents=True)
+    adr.write_text("# 1. Payment events on Kafka\n\nStatus: Accepted\n\n## Decision\n\n"
+                   "Payment events go to the Kafka topic payments.events.v1, keyed by payment id.\n")
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path / "home"))
+    assert main(["setup", "claude-code", "--dir", str(repo), "--user-dir", str(user)]) == 0
+    entry = json.loads((user / ".claude.json").read_text())["projects"][str(repo)]["mcpServers"]["agentmemrec"]
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=str(repo),
+                                   env={**os.environ, "HOME": str(user), **entry.get("env", {})})
+    async with Client(params) as client:
+        with anyio.fail_after(60):
+            while not (slate := await call(client, "recall_slate", with_items=True,
+                                           query="which topic do payment events go to"))["items"]:
+                await anyio.sleep(0.2)  # polling the condition, bounded by fail_after
+    assert [i["ref"] for i in slate["items"]] == ["adr:0001"]
+    assert "payments.events.v1" in slate["context"]
