@@ -50,6 +50,9 @@ class Target:
     platform: str = sys.platform
     env: tuple[tuple[str, str], ...] = ()  # AGENTMEMREC_HOME, when set, travels with the entries
     watch: bool = True  # the server keeps the repository's notes and ADRs in memory
+    # where the repository's sessions are mapped to `project` when that is not the repository's
+    # own name (captured sessions are named by their repository otherwise)
+    project_map: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ def server_entry(target: Target) -> dict[str, Any]:
     args += ["serve", "--project", target.project]
     if target.client == "claude-code":
         args.append("--capture-claude-code")  # its sessions become memory as they are written
+        if target.project_map is not None:
+            args += ["--project-map", str(target.project_map)]
     if target.watch and target.client != "claude-desktop":  # a per-repository server
         args += ["--watch", str(target.repo)]  # its notes and ADRs, as they change
     entry: dict[str, Any] = {"type": "stdio"} if target.client == "claude-code" else {}
@@ -116,7 +121,9 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
         return [_edit(target.user_dir / ".claude.json",
                       lambda doc: _set_server(_folder(doc, target.repo, entry is not None), entry)),
                 _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings)),
-                *([] if remove else _excluded(target.repo))]
+                *([] if remove else _excluded(target.repo)),
+                *([] if target.project_map is None else [_edit(target.project_map, lambda doc: _map_repo(
+                    doc, target.repo, None if remove else target.project))])]
     path = target.repo / ".cursor" / "mcp.json" if target.client == "cursor" \
         else desktop_config(target.user_dir, target.platform)
     return [_edit(path, lambda doc: _set_server(doc, entry))]
@@ -179,6 +186,14 @@ def _edit(path: Path, edit: Callable[[dict[str, Any]], None]) -> Change:
     if after == doc:
         return Change(path, before, before)
     return Change(path, before, json.dumps(after, indent=2, ensure_ascii=False) + "\n")
+
+
+def _map_repo(doc: dict[str, Any], repo: Path, project: str | None) -> None:
+    """The project map's entry for the repository (`--project-map`: cwd prefix -> project)."""
+    if project is None:
+        doc.pop(str(repo), None)
+    else:
+        doc[str(repo)] = project
 
 
 def _folder(doc: dict[str, Any], repo: Path, create: bool) -> dict[str, Any]:

@@ -33,14 +33,17 @@ def cmd_setup(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.errors import InputError  # noqa: PLC0415
     from agentmemrec.indexing.units import check_project  # noqa: PLC0415
     from agentmemrec.server import clients  # noqa: PLC0415
-    from agentmemrec.server.owner_socket import HOME_ENV  # noqa: PLC0415
+    from agentmemrec.server.owner_socket import HOME_ENV, default_home  # noqa: PLC0415
     if args.dir is not None and not args.dir.expanduser().is_dir():
         raise InputError(f"--dir {args.dir}: no such folder; pass the repository's folder (nothing was written)")
     repo = git_root(str((args.dir or Path.cwd()).expanduser().resolve()))
     project = check_project(args.project or ProjectMap().project_for(str(repo)) or "default")
     env = ((HOME_ENV, str(Path(os.environ[HOME_ENV]).expanduser().resolve())),) if os.environ.get(HOME_ENV) else ()
+    # a project other than the repository's own name: its captured sessions are mapped to it
+    renamed = args.client == "claude-code" and project != ProjectMap().project_for(str(repo))
+    mapping = default_home().expanduser().resolve() / "project-map.json" if renamed else None
     target = clients.Target(args.client, (args.user_dir or Path.home()).expanduser(), repo, project, env=env,
-                            watch=args.watch)
+                            watch=args.watch, project_map=mapping)
     changes = clients.changes(target, remove=args.remove)
     for change in changes:
         if not change.changed:

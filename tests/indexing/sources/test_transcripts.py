@@ -247,3 +247,21 @@ async def test_capture_starts_when_the_claude_code_folder_appears(home, claude, 
 def test_serve_refuses_a_folder_it_cannot_watch(home, tmp_path, capsys):
     assert main(["serve", "--watch", str(tmp_path / "nope")]) == 2
     assert "cannot watch" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_setup_with_another_project_name_maps_the_repositorys_sessions_to_it(home, claude, tmp_path):
+    """`setup --project billing` in the payments repository: its sessions are named by the
+    repository (payments) unless mapped, and the server serves billing only."""
+    projects, payments, _ = claude
+    user = tmp_path / "user"
+    user.mkdir()
+    assert main(["setup", "claude-code", "--dir", str(payments), "--user-dir", str(user), "--project", "billing"]) == 0
+    entry = json.loads((user / ".claude.json").read_text())["projects"][str(payments)]["mcpServers"]["agentmemrec"]
+    assert json.loads((home / "project-map.json").read_text()) == {str(payments): "billing"}
+    settings = serve_settings(build_parser().parse_args([*entry["args"], "--claude-dir", str(projects)]))
+    items = await _served_until(settings, "billing", "ledger table lock")
+    assert all(i["session"] == "sess-1" for i in items)
+    assert main(["setup", "claude-code", "--dir", str(payments), "--user-dir", str(user), "--project", "billing",
+                 "--remove"]) == 0
+    assert json.loads((home / "project-map.json").read_text()) == {}
