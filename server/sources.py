@@ -103,7 +103,20 @@ def watch_summary(folder: Path, report: SyncReport) -> str:
 
 def run_watch(memory: Sink, settings: Settings, folder: Path, once: bool,
               emit: Callable[[str], None]) -> int:
-    """`agentmemrec watch`: one reconciliation, then (unless `once`) every change until ^C."""
+    """`agentmemrec watch`: one reconciliation, then (unless `once`) every change until ^C. The
+    command prints each summary itself, so the watcher's own summary line is not logged too
+    (unless -v asks for every detail)."""
+    watcher_log = logging.getLogger("agentmemrec.indexing.sources.watcher")
+    level = watcher_log.level
+    if not watcher_log.isEnabledFor(logging.DEBUG):
+        watcher_log.setLevel(logging.WARNING)
+    try:
+        return _watch(memory, settings, folder, once, emit)
+    finally:
+        watcher_log.setLevel(level)
+
+
+def _watch(memory: Sink, settings: Settings, folder: Path, once: bool, emit: Callable[[str], None]) -> int:
     if once:
         report = NoteWatcher(memory, settings.project, folder, note_rules(settings)).handle()
         emit(watch_summary(folder, report))

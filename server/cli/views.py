@@ -59,14 +59,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
             if found.left_out:
                 emit(f"-- {found.left_out} more did not fit --budget {args.budget}")
         return 0
-    rows = _rows(kinds)
+    rows = [r for r in _rows(kinds) if not args.project or r["project"] == settings.project]
     if args.json:
         emit(json.dumps(rows, indent=2))
         return 0
     emit(f"{'project':<24} {'units':>8} {'turns':>8} {'decisions':>9} {'notes':>8}")
     for r in rows:
         emit(f"{r['project']:<24} {r['units']:>8} {r['turns']:>8} {r['decisions']:>9} {r['notes']:>8}")
-    if not rows:
+    if not rows and args.project:
+        emit(f"-- project {settings.project} holds nothing yet; `agentmemrec ls` lists the projects")
+    elif not rows:
         emit(f"-- no project yet in {settings.home}; add memory with `agentmemrec import`, `watch` or `setup`")
     return 0
 

@@ -116,6 +116,10 @@ def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, t
     assert main(["ls"]) == 0
     listing = capsys.readouterr().out
     assert re.search(r"^payments-api +1 +1 ", listing, re.M) and re.search(r"^default +1 +1 ", listing, re.M), listing
+    assert main(["ls", "--project", "payments-api"]) == 0
+    assert "default" not in capsys.readouterr().out
+    assert main(["ls", "--project", "nope"]) == 0
+    assert "project nope holds nothing yet" in capsys.readouterr().out
 
 
 def test_a_recall_the_core_would_refuse_is_refused_before_a_store_is_made(home, capsys):

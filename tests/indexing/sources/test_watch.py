@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
@@ -251,3 +253,12 @@ async def test_a_link_leading_out_of_the_repository_is_never_read(memory, repo, 
     stored = [u.text for i in memory.store.ids_for(PROJECT, "file:docs/late.md")
               for u in memory.store.units(PROJECT, [i]).values()]
     assert stored == [] and "outside the repository" not in context(memory, "zebra credentials kept")
+
+
+def test_the_watch_command_says_each_summary_once(home, repo):
+    """On stdout; the watcher's own log line would repeat it on stderr."""
+    done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "watch", str(repo / "docs"), "--project",
+                           PROJECT, "--once"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    assert done.returncode == 0 and done.stdout.count("1 written, 0 renamed, 0 removed") == 1
+    assert "written" not in done.stderr, done.stderr
