@@ -53,8 +53,8 @@ Items = Annotated[list[MemoryItem], Field(
     description=f"The items to store, 1 to {MAX_BATCH}; the batch is stored all or nothing",
     min_length=1, max_length=MAX_BATCH)]
 Project = Annotated[str | None, Field(
-    description="The project to use; default: the server's project (over HTTP, your token's first "
-                "project)", max_length=MAX_PROJECT_CHARS)]
+    description="The project to use; omitted or empty: the server's project (over HTTP, your token's "
+                "first project)", max_length=MAX_PROJECT_CHARS)]
 Query = Annotated[str, Field(
     description="What the slate should answer: the task, question or topic, in plain words",
     min_length=1, max_length=MAX_QUERY_CHARS)]
