@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from agentmemrec.indexing.store.sql_store import Cursor
 
 
-
 def now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
