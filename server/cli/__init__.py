@@ -36,6 +36,7 @@ def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Callable[
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
     for group in (serve, memory, views, models, evaluation, clients, team, hook_process):
         commands.update(group.register(sub))
+    parser.set_defaults(subparsers=sub.choices)  # a command's own usage for what it does not take
     return parser, commands
 
 
@@ -53,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentmemrec.server.cli.common import setup_logging  # noqa: PLC0415
 
     parser, commands = _parser_and_commands()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # told with the command's usage, not the top-level one
+        args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what a result file says produced it
     setup_logging(args.verbose)
     try:

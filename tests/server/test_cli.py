@@ -6,6 +6,7 @@ import json
 import re
 
 import duckdb
+import pytest
 
 from agentmemrec.server.cli import main
 
@@ -127,3 +128,10 @@ def test_a_recall_the_core_would_refuse_is_refused_before_a_store_is_made(home, 
         assert main(args) == 2
         assert said in capsys.readouterr().err
     assert not home.exists()  # no store file, no lock: nothing was written
+
+
+def test_an_option_a_command_does_not_take_gets_that_commands_usage(home, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["recall", "ledger", "--bogus"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "usage: agentmemrec recall" in err and "unrecognized arguments: --bogus" in err
