@@ -3,21 +3,27 @@
 Rows go project by project in id order, a window at a time; each window is one transaction in
 the target that moves the project's generation like any write, so replicas already serving the
 target catch up. A row is keyed by (project, key) there as everywhere, so a second run copies
-nothing that is already there and an interrupted run resumes where it stopped. Unit ids are the
-target's own (a team database holds other developers' units): supersession links are mapped
-once a project's rows are in, and vectors follow under the new ids, so nothing is embedded
-again. Tokens (only their hashes) come too; saved explanations do not: they explain recalls
-the old store answered.
+nothing that is already there and an interrupted run resumes where it stopped. A key the target
+holds with other content (another developer's unit under the same ref, or one changed here since
+the last run) is a conflict: it is reported and left as the target has it, and no link is made
+to or from it. Unit ids are the target's own (a team database holds other developers' units):
+supersession links are mapped once a project's rows are in, and only fill links the target does
+not have, and vectors follow under the new ids, so nothing is embedded again. Tokens (only their
+hashes) come too, those whose projects are all among the ones copied; a name the target holds
+with another secret, or a secret revoked there, is reported and left out. Saved explanations do
+not come: they explain recalls the old store answered.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.sql_store import SqlStore
+from agentmemrec.indexing.units import check_project
 
 WINDOW = 2000  # rows per transaction in the target
 COLUMNS = ("key, kind, ref, chunk, content_hash, text, tokens, session, role, speaker, title, status, "
@@ -36,31 +42,54 @@ class Moved:
     vectors: int = 0
     tokens: int = 0
     tokens_there: int = 0
+    conflicts: list[str] = field(default_factory=list)  # project/ref held with other content there
+    tokens_left: list[str] = field(default_factory=list)  # "name (why)"
 
 
 def units_to_move(source: SqlStore, projects: list[str] | None = None) -> dict[str, int]:
+    """Units per project to copy; a project named that is not a project name or not in the
+    source is refused (nothing is copied)."""
     counts = source.projects()
+    unknown = [p for p in projects or () if check_project(p) not in counts]
+    if unknown:
+        raise InputError(f"no project {', '.join(map(repr, unknown))} in this store; its projects: "
+                         f"{', '.join(sorted(counts)) or 'none'} (nothing was copied)")
     return {p: n for p, n in counts.items() if projects is None or p in projects}
 
 
 def migrate(source: SqlStore, target: SqlStore, projects: list[str] | None = None,
             progress: Callable[[int], None] = lambda n: None) -> Moved:
-    """Copy `projects` (default: all) and every token from `source` into `target`."""
+    """Copy `projects` (default: all), and the tokens that reach only those, into `target`."""
     moved = Moved()
-    for project in units_to_move(source, projects):
+    chosen = units_to_move(source, projects)
+    for project in chosen:
         ids = _copy_units(source, target, project, moved, progress)
         _copy_links(source, target, project, ids, moved)
         _copy_vectors(source, target, project, ids, moved)
-    for name, secret, names, at in source.fetch("SELECT name, secret_sha256, projects, created_at FROM tokens"):
-        added = target.add_token(name, secret, list(names), at)
-        moved.tokens += added
-        moved.tokens_there += not added
+    _copy_tokens(source, target, set(chosen) if projects else None, moved)
     return moved
+
+
+def _copy_tokens(source: SqlStore, target: SqlStore, projects: set[str] | None, moved: Moved) -> None:
+    held = dict(target.fetch("SELECT name, secret_sha256 FROM tokens"))
+    revoked = {h for (h,) in target.fetch("SELECT secret_sha256 FROM revoked_tokens")}
+    for name, secret, names, at in source.fetch("SELECT name, secret_sha256, projects, created_at FROM tokens"):
+        if projects is not None and not set(names) <= projects:
+            moved.tokens_left.append(f"{name} (it reaches projects not copied)")
+        elif secret in revoked:
+            moved.tokens_left.append(f"{name} (revoked in the target)")
+        elif held.get(name, secret) != secret:
+            moved.tokens_left.append(f"{name} (the target has another token of that name)")
+        elif name in held:
+            moved.tokens_there += 1
+        else:
+            moved.tokens += target.add_token(name, secret, list(names), at)
 
 
 def _copy_units(source: SqlStore, target: SqlStore, project: str, moved: Moved,
                 progress: Callable[[int], None]) -> dict[int, int]:
-    """Every unit of the project into the target; returns source id -> target id."""
+    """Every unit of the project into the target; returns source id -> target id for the units
+    the target now holds with the same content (a conflicting key maps to nothing)."""
     ids: dict[int, int] = {}
     last = -1
     while rows := source.fetch(f"SELECT id, {COLUMNS} FROM units WHERE project = ? AND id > ? ORDER BY id LIMIT ?",
@@ -76,11 +105,14 @@ def _copy_units(source: SqlStore, target: SqlStore, project: str, moved: Moved,
                 "ON CONFLICT (project, key) DO NOTHING RETURNING id", [project, *columns]).fetchall()]
             if inserted:
                 target._bump(cur, project, inserted)
-            found = dict(cur.execute("SELECT key, id FROM units WHERE project = ? AND key IN "
-                                     "(SELECT unnest(?::VARCHAR[]))", [project, columns[0]]).fetchall())
-        ids.update((r[0], found[r[1]]) for r in rows)
+            found = {key: (uid, chash) for key, uid, chash in cur.execute(
+                "SELECT key, id, content_hash FROM units WHERE project = ? AND key IN "
+                "(SELECT unnest(?::VARCHAR[]))", [project, columns[0]]).fetchall()}
+        same = [r for r in rows if found[r[1]][1] == r[5]]  # r[5]: the source's content_hash
+        ids.update((r[0], found[r[1]][0]) for r in same)
+        moved.conflicts.extend(dict.fromkeys(f"{project}/{r[3] or r[1]}" for r in rows if found[r[1]][1] != r[5]))
         moved.units += len(inserted)
-        moved.units_there += len(rows) - len(inserted)
+        moved.units_there += len(same) - len(inserted)
         progress(len(rows))
     return ids
 
@@ -91,12 +123,18 @@ def _copy_links(source: SqlStore, target: SqlStore, project: str, ids: dict[int,
                          "(supersedes IS NOT NULL OR superseded_by IS NOT NULL)", [project])
     if not links:
         return
-    mapped = [[ids[i] for i, _, _ in links], [ids.get(s) for _, s, _ in links], [ids.get(b) for _, _, b in links]]
+    # a link between two units the target holds with the same content, filling only an empty
+    # link there: a teammate's own supersession is never undone
+    kept = [(ids[i], ids.get(s), ids.get(b)) for i, s, b in links if i in ids]
+    if not kept:
+        return
+    mapped = [list(col) for col in zip(*kept)]
     with target.transaction(project) as cur:
         changed = [r[0] for r in cur.execute(
-            "UPDATE units SET supersedes = m.s, superseded_by = m.b FROM (SELECT unnest(?::BIGINT[]) AS id, "
+            "UPDATE units SET supersedes = coalesce(units.supersedes, m.s), "
+            "superseded_by = coalesce(units.superseded_by, m.b) FROM (SELECT unnest(?::BIGINT[]) AS id, "
             "unnest(?::BIGINT[]) AS s, unnest(?::BIGINT[]) AS b) m WHERE units.id = m.id AND "
-            "(units.supersedes IS DISTINCT FROM m.s OR units.superseded_by IS DISTINCT FROM m.b) "
+            "((units.supersedes IS NULL AND m.s IS NOT NULL) OR (units.superseded_by IS NULL AND m.b IS NOT NULL)) "
             "RETURNING units.id", mapped).fetchall()]
         if changed:
             target._bump(cur, project, changed)

@@ -26,6 +26,11 @@ UNITS = """
     );
 """
 
+REVOKED = """
+    CREATE TABLE revoked_tokens (secret_sha256 VARCHAR PRIMARY KEY, name VARCHAR NOT NULL,
+                                 revoked_at TIMESTAMP NOT NULL);
+"""
+
 MIGRATIONS: list[str] = [
     # 1: units, per-project generations, saved slate explanations
     UNITS + """
@@ -59,4 +64,6 @@ MIGRATIONS: list[str] = [
     ALTER TABLE vector_state ADD COLUMN logged_from BIGINT DEFAULT 0;
     UPDATE vector_state SET logged_from = generation;
     """,
+    # 5: revoked tokens' hashes, so no copy of a store (migrate) brings a revoked secret back
+    REVOKED,
 ]

@@ -7,7 +7,7 @@ the shared SQL's lookups by project and ref, session, time and id window.
 
 from __future__ import annotations
 
-from agentmemrec.indexing.store.migrations import UNITS
+from agentmemrec.indexing.store.migrations import REVOKED, UNITS
 
 MIGRATIONS: list[str] = [
     # 1: units, projects and their change log, vectors and theirs, saved explanations, tokens
@@ -38,4 +38,6 @@ MIGRATIONS: list[str] = [
     CREATE TABLE tokens (name VARCHAR PRIMARY KEY, secret_sha256 VARCHAR NOT NULL UNIQUE,
                          projects VARCHAR[] NOT NULL, created_at TIMESTAMP NOT NULL);
     """,
+    # 2: revoked tokens' hashes, so no copy of a store (migrate) brings a revoked secret back
+    REVOKED,
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from agentmemrec.indexing.errors import InputError
@@ -333,18 +333,25 @@ class SqlStore(ABC):
         return (row[0], row[1]) if row else None
 
     def add_token(self, name: str, secret_sha256: str, projects: list[str], at: datetime) -> bool:
-        """Record a token; False when the name is taken."""
+        """Record a token; False when the name is taken or the secret was revoked here."""
         with self.transaction() as cur:
-            return bool(cur.execute("INSERT INTO tokens VALUES (?, ?, ?::VARCHAR[], ?) ON CONFLICT DO NOTHING "
-                                    "RETURNING name", [name, secret_sha256, projects, at]).fetchall())
+            return bool(cur.execute(
+                "INSERT INTO tokens SELECT ?, ?, ?::VARCHAR[], ? WHERE NOT EXISTS (SELECT 1 FROM revoked_tokens "
+                "WHERE secret_sha256 = ?) ON CONFLICT DO NOTHING RETURNING name",
+                [name, secret_sha256, projects, at, secret_sha256]).fetchall())
 
     def tokens(self) -> list[Principal]:
         return [Principal(n, tuple(p), at) for n, p, at in
                 self.fetch("SELECT name, projects, created_at FROM tokens ORDER BY name")]
 
     def revoke_token(self, name: str) -> bool:
+        """Remove a token, keeping its hash as revoked: its secret is never accepted again."""
         with self.transaction() as cur:
-            return bool(cur.execute("DELETE FROM tokens WHERE name = ? RETURNING name", [name]).fetchall())
+            gone = cur.execute("DELETE FROM tokens WHERE name = ? RETURNING secret_sha256", [name]).fetchall()
+            for (secret,) in gone:
+                cur.execute("INSERT INTO revoked_tokens VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                            [secret, name, datetime.now(timezone.utc).replace(tzinfo=None)])
+            return bool(gone)
 
     def token(self, secret_sha256: str) -> Principal | None:
         row = self.fetch_one("SELECT name, projects, created_at FROM tokens WHERE secret_sha256 = ?",

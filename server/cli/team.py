@@ -46,4 +46,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     emit(f"{moved.units} units copied ({moved.units_there} already there), {moved.links} supersession "
          f"links, {moved.vectors} vectors (nothing re-embedded), {moved.tokens} tokens "
          f"({moved.tokens_there} already there); saved explanations stay behind")
+    if moved.tokens_left:
+        emit(f"tokens not copied: {', '.join(moved.tokens_left)}")
+    conflicts = list(dict.fromkeys(moved.conflicts))
+    if conflicts:
+        shown = ", ".join(conflicts[:20]) + (f" and {len(conflicts) - 20} more" if len(conflicts) > 20 else "")
+        print(f"agentmemrec: {len(conflicts)} refs are held in the target with other content and were left as "
+              f"they are there (another developer's unit under the same ref, or one changed here since the last "
+              f"migrate): {shown}. Rename the ref here, or forget it in the target (agentmemrec forget REF "
+              f"--project P --store URL), then run migrate again.", file=sys.stderr)
+        return 1
     return 0

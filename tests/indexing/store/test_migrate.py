@@ -100,3 +100,49 @@ def test_migrate_refuses_a_target_that_is_no_postgresql_url_and_a_home_without_a
     assert "must be a PostgreSQL URL" in capsys.readouterr().err
     assert main(["migrate", "--to", "postgresql://nobody@127.0.0.1:1/x"]) == 2
     assert "no store to migrate in" in capsys.readouterr().err
+
+
+def test_a_ref_the_team_holds_with_other_content_is_reported_and_left_as_it_is(home, pg_url, capsys):
+    """Another developer's decision under the same ref: migrate neither overwrites it nor links
+    the local successor to it (before, the local supersession marked the team's decision replaced)."""
+    team = PostgresStore(pg_url)
+    [theirs] = team.write("payments", validate_batch([{"kind": "decision", "ref": "adr-1", "title": "Idempotency",
+                                                       "text": "Charges need idempotency keys."}]))
+    team.close()
+    local = memory_on(DuckDBStore(home / "memory.duckdb"), BagOfWords())
+    local.remember("payments", [{"kind": "decision", "ref": "adr-1", "title": "Logging", "text": "Logs are JSON."},
+                                {"kind": "decision", "ref": "adr-x", "title": "No keys", "supersedes": "adr-1",
+                                 "text": "The gateway dedups charges."}])
+    local.close()
+    assert main(["migrate", "--to", pg_url]) == 1
+    out, err = capsys.readouterr()
+    assert "1 units copied (0 already there), 0 supersession links" in out
+    assert "1 refs are held in the target with other content" in err and "payments/adr-1" in err
+    pg = PostgresStore(pg_url)
+    [(text, superseded_by)] = pg.fetch("SELECT text, superseded_by FROM units WHERE id = ?", [theirs.ids[0]])
+    assert (text, superseded_by) == ("Charges need idempotency keys.", None)
+    assert pg.fetch("SELECT supersedes FROM units WHERE project = 'payments' AND ref = 'adr-x'") == [(None,)]
+    pg.close()
+
+
+def test_tokens_follow_the_projects_copied_and_a_revoked_one_stays_revoked(local, pg_url, capsys):
+    assert main(["tokens", "add", "carol", "--projects", "p,q"]) == 0
+    capsys.readouterr()
+    assert main(["migrate", "--to", pg_url, "--project", "p"]) == 0
+    assert "tokens not copied: carol (it reaches projects not copied)" in capsys.readouterr().out
+    assert main(["tokens", "revoke", "alice", "--store", pg_url]) == 0
+    assert main(["migrate", "--to", pg_url]) == 0
+    assert "alice (revoked in the target)" in capsys.readouterr().out
+    pg = PostgresStore(pg_url)
+    assert [t.name for t in pg.tokens()] == ["carol"]
+    pg.close()
+
+
+def test_migrate_refuses_a_project_the_store_does_not_hold_and_copies_nothing(local, pg_url, capsys):
+    assert main(["migrate", "--to", pg_url, "--project", "nosuch"]) == 2
+    assert "no project 'nosuch' in this store; its projects: p, q (nothing was copied)" in capsys.readouterr().err
+    assert main(["migrate", "--to", pg_url, "--project", "../x"]) == 2
+    assert "invalid project name" in capsys.readouterr().err
+    pg = PostgresStore(pg_url)
+    assert pg.tokens() == [] and pg.projects() == {}
+    pg.close()
