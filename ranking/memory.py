@@ -335,7 +335,10 @@ class Memory:
         candidates = [{**_unit_fields(live[c["id"]]), **c} for c in payload["candidates"] if c["id"] in live]
         payload = {**payload, "project": project, "candidates": candidates,
                    "units_in_project": self.store.count_units(project),
-                   "out_of_scope_units": self.store.units_outside(project),
+                   # of the projects this caller may use: a count of others' projects would say
+                   # how much a team's other principals store
+                   "out_of_scope_units": sum(n for p, n in self.store.projects().items()
+                                             if p in allowed and p != project),
                    "notes": payload["notes"] if "notes" in payload else self.notes(project)}
         if refs:
             payload["diagnosis"] = [self._diagnose(project, payload, r) for r in refs]

@@ -23,8 +23,9 @@ PATH = "/hooks/claude-code"
 
 
 def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 - a Starlette endpoint
-    """The endpoint. A request without an accepted token gets 401; any other failure an empty 200
-    (nothing added to the context), never an error that would break the prompt."""
+    """The endpoint. A request without an accepted token gets 401, a body over `--max-request-bytes`
+    413; any other failure an empty 200 (nothing added to the context), never an error that would
+    break the prompt. A project the token does not reach is logged as a denial, as a tool call's is."""
     verifier = StoreTokenVerifier(shared)
 
     async def endpoint(request: Request) -> Response:
@@ -32,13 +33,21 @@ def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 
         token = await verifier.verify_token(secret) if scheme.lower() == "bearer" and secret else None
         if token is None:
             return Response(status_code=401)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > settings.max_request_bytes:
+            return Response(status_code=413)
+        body = bytearray()
+        async for piece in request.stream():  # read no more than the limit, whatever was declared
+            body += piece
+            if len(body) > settings.max_request_bytes:
+                return Response(status_code=413)
         query = request.query_params
         options = {"project": query.get("project"), "budget": query.get("budget"),
                    "digest_budget": query.get("digest_budget"),
                    "allowed": list((token.claims or {}).get("projects") or []),
                    "project_map": str(settings.project_map) if settings.project_map else None}
         try:
-            event = json.loads(await request.body())
+            event = json.loads(bytes(body))
             if not isinstance(event, dict):
                 raise ValueError("the event is not a JSON object")
             reply = await anyio.to_thread.run_sync(shared.call, "hook", event, options)
@@ -46,7 +55,11 @@ def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 
             log.warning("hook over HTTP answered nothing: %s", exc)
             return Response(status_code=200)
         if not reply["context"]:
-            log.debug("hook over HTTP: nothing for %s (%s)", reply["project"], reply["why"])
+            if reply["project"] is not None and reply["project"] not in options["allowed"]:
+                log.warning("denied: token %r asked for project %r over the hook; allowed: %s",
+                            token.client_id, reply["project"], ",".join(options["allowed"]))
+            else:
+                log.debug("hook over HTTP: nothing for %s (%s)", reply["project"], reply["why"])
             return Response(status_code=200)
         return Response(hook_output(str(event.get("hook_event_name")), reply["context"]),
                         media_type="application/json")

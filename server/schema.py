@@ -156,7 +156,7 @@ class Explanation(BaseModel):
     pool_size: int
     tokens: dict[str, int]
     units_in_project: int
-    out_of_scope_units: int = Field(description="Units in other projects, never read")
+    out_of_scope_units: int = Field(description="Units in the other projects you may use, never read for this slate")
     excluded_as_of: int
     candidates: list[dict[str, Any]]
     diagnosis: list[dict[str, Any]] | None = None

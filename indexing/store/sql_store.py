@@ -277,10 +277,6 @@ class SqlStore(ABC):
     def count_units(self, project: str) -> int:
         return int(self.fetch_one("SELECT count(*) FROM units WHERE project = ?", [project])[0])
 
-    def units_outside(self, project: str) -> int:
-        """How many units other projects hold, from the per-project counters (no row is read)."""
-        return int(self.fetch_one("SELECT coalesce(sum(units), 0) FROM projects WHERE project <> ?", [project])[0])
-
     def sources(self, project: str, ref_prefixes: tuple[str, ...], path_prefix: str = "") -> list[SourceRow]:
         """Every item whose ref starts with one of `ref_prefixes` and whose path lies under
         `path_prefix` ('' for all): the units a source such as the note watcher owns."""

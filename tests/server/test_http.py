@@ -70,6 +70,8 @@ async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(ho
         async with mcp_client(server.url, bob) as client:
             slate = await call(client, "recall_slate", with_items=True, query="alice deploys fridays mondays")
             assert slate["project"] == "gamma" and slate["items"] == []  # nothing reached gamma
+            why = await call(client, "explain_selection", slate_id=slate["slate_id"])
+            assert why["out_of_scope_units"] == 0  # alpha's and beta's units are not bob's to count
             assert "not open" in await call_error(client, "recall_slate", query="deploys", project="alpha")
             with anyio.fail_after(30):  # the CLI forwards to the server that owns a DuckDB store
                 assert await anyio.to_thread.run_sync(main, ["tokens", "revoke", "alice"]) == 0
@@ -95,7 +97,7 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
     alice, bob = add_token(capsys, "alice", "payments"), add_token(capsys, "bob", "website")
     prompt = {"session_id": "s", "cwd": str(repo / "api"), "hook_event_name": "UserPromptSubmit",
               "prompt": "how are payment events partitioned in Kafka?"}
-    async with http_server(home) as server, httpx2.AsyncClient(timeout=30) as http:
+    async with http_server(home, "--max-request-bytes", "65536") as server, httpx2.AsyncClient(timeout=30) as http:
         url = server.url.replace("/mcp", "/hooks/claude-code")
         assert (await http.post(url, json=prompt)).status_code == 401
         reply = await http.post(url, json=prompt, headers={"Authorization": f"Bearer {alice}"})
@@ -108,3 +110,6 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
             other = await http.post(url, **({"json": body} if isinstance(body, dict) else {"content": body}),
                                     headers={"Authorization": f"Bearer {bob}"})
             assert (other.status_code, other.content) == (200, b"")
+        huge = {**prompt, "prompt": "x" * 70_000}  # over --max-request-bytes, as /mcp refuses it
+        assert (await http.post(url, json=huge, headers={"Authorization": f"Bearer {alice}"})).status_code == 413
+    assert any("denied: token 'bob' asked for project 'payments' over the hook" in line for line in server.log)
