@@ -15,8 +15,9 @@ from typing import Any, Sequence, get_args
 
 import numpy as np
 
+from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.ranker import ScoredCandidate
-from agentmemrec.ranking.slate import Outcome, Slate, SlateInputs, display_status
+from agentmemrec.ranking.slate import HEADER_RESERVE, Outcome, Slate, SlateInputs, display_status, item_tokens
 
 PACKED = 2  # the payload's "packed" version
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
@@ -32,22 +33,32 @@ def _decode(text: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype=dtype)
 
 
-def lost_to(outcome: str, rank: int, tokens: int, cutoff: int, budget: int) -> str | None:
-    """A candidate skipped over budget was lost to the budget if it ranked above the slate's last
-    item or is larger than the whole budget, else to ranking (it ranked below what filled it)."""
+def lost_to(outcome: str, rank: int, first: int, cutoff: int, too_large: bool) -> str | None:
+    """Why a candidate skipped over budget is out. The budget: nothing ranked above it got in
+    (`first`, the best rank in the slate, is below it, or the slate is empty), something ranked
+    below it did (`cutoff`, the worst rank in the slate), or it could not fit on its own. Else
+    ranking: the items ranked above it filled the budget, and it would have got in ranked higher."""
     if outcome != "skipped_over_budget":
         return None
-    return "budget" if rank < cutoff or tokens > budget else "ranking"
+    return "budget" if not first or rank < first or rank < cutoff or too_large else "ranking"
+
+
+def _too_large(unit: Unit, tokens: int, room: int, inputs: SlateInputs) -> bool:
+    """Whether a unit's item, with a section header, exceeds all the room a slate has for items
+    (counted only for a unit near that size; a decision never is: it would be shown as an excerpt)."""
+    return unit.kind != "decision" and tokens > room - 64 and item_tokens(unit, inputs) + HEADER_RESERVE > room
 
 
 def pack_pool(slate: Slate, ranked: Sequence[ScoredCandidate], inputs: SlateInputs,
               channels: Sequence[str], beyond: dict[str, dict[int, int]]) -> dict[str, Any]:
     """The candidates (in final rank order: rank i + 1) and what was cut off below the pool."""
     in_slate = [it.rank for it in slate.items if slate.outcomes.get(it.unit.id) == "in_slate"]
-    cutoff = max(in_slate) if in_slate else 0
+    first, cutoff = (min(in_slate), max(in_slate)) if in_slate else (0, 0)
     outcomes = [slate.outcomes.get(sc.unit.id, "skipped_over_budget") for sc in ranked]
     tokens = [sc.unit.tokens for sc in ranked]
-    lost = [LOST_TO.index(lost_to(o, sc.rank, t, cutoff, slate.budget)) for o, sc, t in zip(outcomes, ranked, tokens)]
+    room = slate.budget - slate.fixed_tokens  # what items may take
+    lost = [LOST_TO.index(lost_to(o, sc.rank, first, cutoff, _too_large(sc.unit, t, room, inputs)))
+            for o, sc, t in zip(outcomes, ranked, tokens)]
     hits = {name: [sc.candidate.channels.get(name) for sc in ranked] for name in channels}
     names, matrix = _feature_matrix(ranked)
     whole = {sc.unit.id: sc.unit.text for sc in ranked if sc.unit.kind == "decision"}  # only decisions are cut

@@ -214,10 +214,13 @@ class Memory:
         notes = self.notes(project)
         if not slate.items and self.store.count_units(project) == 0:
             notes.append(f"project {project!r} holds no units yet")
+        elif not slate.items and selection.ranked:
+            notes.append(f"the best matches did not fit budget_tokens={budget}; ask again with a larger budget")
         top = float(selection.ranked[0].score) if selection.ranked else None
         logits = [x for sc in selection.ranked if (x := (sc.features or {}).get("cross_encoder")) is not None]
         slate = replace(slate, notes=tuple(notes), top_score=top, top_relevance=max(logits) if logits else None)
-        self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection, pool_size))
+        self.slates.save(slate.slate_id, project, partial(self._explanation, slate, selection, pool_size,
+                                                          self.store.generation(project)))
         return slate
 
     def select(self, project: str, query: str, as_of: datetime | None,
@@ -298,10 +301,11 @@ class Memory:
             tips = nxt
         return {uid: chain for uid, chain in chains.items() if chain}
 
-    def _explanation(self, slate: Slate, selection: "Selection", pool_size: int) -> dict[str, Any]:
+    def _explanation(self, slate: Slate, selection: "Selection", pool_size: int, generation: int) -> dict[str, Any]:
         pool = selection.pool
         return {
             "slate_id": slate.slate_id, "query": selection.query, "budget": slate.budget,
+            "generation": generation,  # the project's, when recalled: what was written since is later
             "as_of": selection.as_of.isoformat() if selection.as_of else None, "ranker": self.ranker.name,
             "channels": list(pool.channels), "dense_query": selection.dense_query,
             "models": self.models(), "pool_size": pool_size,
@@ -341,7 +345,10 @@ class Memory:
                                              if p in allowed and p != project),
                    "notes": payload["notes"] if "notes" in payload else self.notes(project)}
         if refs:
-            payload["diagnosis"] = [self._diagnose(project, payload, r) for r in refs]
+            since = payload.get("generation")
+            now = self.store.generation(project)
+            later = None if since is None else self.store.changed_between(project, since, now)
+            payload["diagnosis"] = [self._diagnose(project, payload, r, later or set()) for r in refs]
         self._add_top_features(candidates)
         return payload
 
@@ -356,7 +363,7 @@ class Memory:
         for c, top in zip(chosen, top_features(rows)):
             c["top_features"] = [{"feature": n, "contribution": v} for n, v in top]
 
-    def _diagnose(self, project: str, payload: dict[str, Any], ref: str) -> dict[str, Any]:
+    def _diagnose(self, project: str, payload: dict[str, Any], ref: str, later: set[int]) -> dict[str, Any]:
         """Where a fact was lost: never stored, not eligible, never in the pool, ranking, budget."""
         ids = self.store.ids_for(project, ref)
         if not ids:
@@ -378,6 +385,9 @@ class Memory:
                 results.append({"id": uid, "stage": "in_slate", "rank": None})
             elif as_of is not None and unit is not None and unit.at > as_of:
                 results.append({"id": uid, "stage": "not_eligible", "detail": "recorded after as_of"})
+            elif uid in later:
+                results.append({"id": uid, "stage": "not_eligible",
+                                "detail": "stored or changed after this slate was built; recall again"})
             else:
                 beyond = {n: r[str(uid)] for n, r in payload["beyond_pool"].items() if str(uid) in r}
                 results.append({"id": uid, "stage": "never_in_pool", "channel_ranks": beyond or None,

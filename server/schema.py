@@ -158,6 +158,8 @@ class Explanation(BaseModel):
     units_in_project: int
     out_of_scope_units: int = Field(description="Units in the other projects you may use, never read for this slate")
     excluded_as_of: int
+    successors: list[int] = Field(default_factory=list, description="Ids of successor decisions shown "
+                                  "with the decision they supersede")
     candidates: list[dict[str, Any]]
     diagnosis: list[dict[str, Any]] | None = None
     notes: list[str] = Field(default_factory=list)

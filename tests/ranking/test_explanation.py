@@ -8,7 +8,7 @@ import pytest
 from exact_fixture import AS_OF, POOL, QUERIES, open_memory
 
 from agentmemrec.ranking.explanation import unpack
-from agentmemrec.ranking.slate import display_status
+from agentmemrec.ranking.slate import HEADER_RESERVE, display_status, item_tokens
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def test_every_candidate_reads_back_as_the_recall_ranked_and_placed_it(memory, q
     slate = memory.recall("main", query, budget, as_of=AS_OF, pool_size=POOL)
     selection = memory.select("main", query, datetime.fromisoformat(AS_OF), POOL)  # the same ranking
     why = memory.explain(slate.slate_id, {"main"})
-    cutoff = max(it.rank for it in slate.items if slate.outcomes[it.unit.id] == "in_slate")
+    ranks = [it.rank for it in slate.items if slate.outcomes[it.unit.id] == "in_slate"]
+    first, cutoff = min(ranks), max(ranks)
     assert len(why["candidates"]) == len(selection.ranked) == POOL
     for c, sc in zip(why["candidates"], selection.ranked):
         outcome = slate.outcomes.get(sc.unit.id, "skipped_over_budget")
@@ -31,8 +32,10 @@ def test_every_candidate_reads_back_as_the_recall_ranked_and_placed_it(memory, q
             (sc.unit.id, sc.rank, sc.candidate.pool_rank, sc.score, sc.unit.tokens)
         assert c["channels"] == {n: {"rank": h.rank, "score": h.score} for n, h in sc.candidate.channels.items()}
         assert c["outcome"] == outcome and c["status"] == display_status(sc.unit, selection.inputs)
+        too_large = sc.unit.kind != "decision" and \
+            item_tokens(sc.unit, selection.inputs) + HEADER_RESERVE > budget - slate.fixed_tokens
         assert c["lost_to"] == (None if outcome != "skipped_over_budget" else
-                                "budget" if sc.rank < cutoff or sc.unit.tokens > budget else "ranking")
+                                "budget" if sc.rank < first or sc.rank < cutoff or too_large else "ranking")
         assert c["features"].keys() == sc.features.keys()
         for name, value in sc.features.items():
             assert (c["features"][name] is None) == (value is None or value != value)  # NaN: null

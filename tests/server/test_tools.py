@@ -83,6 +83,10 @@ async def test_superseded_decision_enters_only_with_its_successor(client):
     why = await call(client, "explain_selection", slate_id=small["slate_id"])
     shown = {c["ref"]: c.get("excerpt_tokens") for c in why["candidates"]}
     assert shown["q-1"] is None and shown["q-2"] == {i["ref"]: i["tokens"] for i in small["items"]}["q-2"] <= 100
+    successor = {c["ref"]: c for c in why["candidates"]}["q-2"]
+    assert successor["outcome"] == "in_slate_as_successor"  # pulled in: its rank is the same in both
+    assert why["successors"] == [by_ref["q-2"]["id"]]
+    assert {i["ref"]: i["rank"] for i in small["items"]}["q-2"] == successor["rank"]
     # A chain of successors too long for the budget even as excerpts: the old one is left out,
     # never shown alone.
     await call(client, "remember", items=[
@@ -259,6 +263,33 @@ async def test_a_decision_stored_as_superseded_without_a_successor_says_so(clien
                                            "status": "superseded", "text": "We cache sessions in Memcached."}])
     slate = await call(client, "recall_slate", query="where do we cache sessions memcached")
     assert "[#" in slate["context"] and "(SUPERSEDED, successor not recorded," in slate["context"]
+
+
+async def test_a_fact_only_the_budget_kept_out_is_diagnosed_as_lost_to_the_budget(client):
+    """The best match alone does not fit: nothing outranked it, so the budget lost it (it was
+    reported lost to ranking, at rank 1), and the empty slate says what to do."""
+    text = "Zookeeper quorum migration runbook: " + " ".join(f"step {i} drains broker {i} first." for i in range(30))
+    await call(client, "remember", items=[turn(text, ref="RB")])
+    slate = await call(client, "recall_slate", with_items=True, budget_tokens=200,
+                       query="Zookeeper quorum migration runbook steps")
+    assert slate["items"] == [] and any("did not fit budget_tokens=200" in n for n in slate["notes"])
+    [found] = (await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["RB"]))["diagnosis"]
+    assert (found["stage"], found["units"][0]["rank"]) == ("lost_to_budget", 1)
+    await call(client, "remember", items=[turn("Zookeeper runs three nodes.", ref="short")])
+    slate = await call(client, "recall_slate", with_items=True, budget_tokens=200,
+                       query="Zookeeper quorum migration runbook steps")
+    assert [i["ref"] for i in slate["items"]] == ["short"]  # ranked below RB: RB is still the budget's
+    [found] = (await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["RB"]))["diagnosis"]
+    assert found["stage"] == "lost_to_budget"
+
+
+async def test_a_fact_stored_after_the_slate_is_diagnosed_as_such(client):
+    await call(client, "remember", items=[turn("Deploys go out on Tuesdays.", ref="tue")])
+    slate = await call(client, "recall_slate", query="what is the deploy freeze policy")
+    await call(client, "remember", items=[turn("Deploy freeze policy: no deploys on Fridays after 14:00.",
+                                               ref="freeze")])
+    [found] = (await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["freeze"]))["diagnosis"]
+    assert found["stage"] == "not_eligible" and "after this slate was built" in found["units"][0]["detail"]
 
 
 async def test_batches_over_the_limit_are_refused(client):
