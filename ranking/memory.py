@@ -164,8 +164,9 @@ class Memory:
         """What a reader of an explanation should know about how complete the channels were."""
         out = list(self.problems)
         if self.dense is None and not out:
-            out.append("candidates come from BM25 alone: no embedder is installed (the default set adds the "
-                       "dense channel and the cross-encoder: agentmemrec models install --default)")
+            out.append("candidates come from BM25 alone: no embedder is active (the default set adds the "
+                       "dense channel and the cross-encoder: agentmemrec models install --default, or "
+                       "agentmemrec models activate NAME for one installed)")
         if self.dense is not None and not (self.worker is not None and self.worker.idle):
             pending = self.dense.vectors.count_pending(project)
             if pending:

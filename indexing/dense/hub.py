@@ -5,7 +5,9 @@ data), the tokenizer and the small config files, never the PyTorch weights. Offl
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from huggingface_hub import HfApi, constants, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
@@ -18,14 +20,26 @@ from agentmemrec.indexing.errors import InputError
 log = logging.getLogger(__name__)
 
 
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether the hub's host answers at all: without it, the hub client retries for about 30 s."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "", parts.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def hub_export(repo: str, quantize: str | None) -> Path | None:
     """The local snapshot holding `repo`'s ONNX export, or None when it has none (then optimum
-    exports it from the PyTorch weights)."""
-    if not constants.HF_HUB_OFFLINE:
+    exports it from the PyTorch weights). Unreachable, with no copy in the cache: an InputError."""
+    online = not constants.HF_HUB_OFFLINE and reachable(constants.ENDPOINT)
+    if online:
         try:
             files = [s.rfilename for s in HfApi().model_info(repo, files_metadata=False).siblings or []]
         except (NoConnection, Timeout, OfflineModeIsEnabled) as exc:
             log.info("the hub is not reachable (%s); looking in the local Hugging Face cache", type(exc).__name__)
+            online = False
         except HfHubHTTPError as exc:
             raise InputError(f"cannot read {repo} on the hub ({exc}); check the id, or pass a local folder") from exc
         else:
@@ -37,6 +51,8 @@ def hub_export(repo: str, quantize: str | None) -> Path | None:
     try:
         snapshot = Path(snapshot_download(repo, local_files_only=True))
     except LocalEntryNotFoundError:
-        return None
+        raise InputError(f"no file or folder {repo} here, and the hub ({constants.ENDPOINT}) cannot be reached with "
+                         "no copy of it in the local Hugging Face cache; pass a folder holding an ONNX export, or "
+                         "install the default set (agentmemrec models install --default)") from None
     names = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*.onnx")]
     return snapshot if onnx_candidates(names) else None

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from agentmemrec.indexing.dense.embedder import load_tokenizer, pad
-from agentmemrec.indexing.dense.models import ROLES, Manifest, Pooling, activate, models_dir
+from agentmemrec.indexing.dense.models import ROLES, Manifest, Pooling, activate, models_dir, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import open_session
 from agentmemrec.indexing.errors import InputError, StoreError
 
@@ -58,16 +58,23 @@ def install(home: Path, source: str, role: str = "embedder", quantize: str | Non
         raise InputError("a query instruction is for embedders; install a reranker without --query-instruction")
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
+    _check_name_free(root, name or _slug(source), role)
     tmp = Path(tempfile.mkdtemp(prefix=".install-", dir=root))
     try:
         folder, found, origin = _locate(source, quantize, origin)
         if found is not None:
             model_file = _copy_export(folder, found, tmp)
+            shown = found
         else:
             _export(source, tmp, role)
             folder, model_file = Path(source).expanduser(), "model.onnx"
-        manifest = _finish(tmp, source_name or source, folder, model_file, role, quantize, pooling, max_length,
-                           name or _slug(source), origin, license, query_instruction)
+            shown = Path(source) / "model.onnx"
+        try:
+            manifest = _finish(tmp, source_name or source, folder, model_file, role, quantize, pooling, max_length,
+                               name or _slug(source), origin, license, query_instruction)
+        except InputError as exc:  # name the user's file, not the staging copy
+            said = str(exc).replace(str(tmp / model_file), str(shown)).replace(str(tmp), str(folder))
+            raise InputError(said) from exc
         final = root / manifest.name
         if final.exists():
             shutil.rmtree(final)
@@ -78,18 +85,40 @@ def install(home: Path, source: str, role: str = "embedder", quantize: str | Non
     return manifest
 
 
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "tf_model.h5", "flax_model.msgpack")  # to export
+
+
+def _check_name_free(root: Path, name: str, role: str) -> None:
+    """A name installed for the other role is refused: replacing an embedder with a reranker of
+    the same name would leave a cross-encoder as the active embedder."""
+    try:
+        held = read_manifest(root / name).role
+    except (InputError, StoreError, OSError):
+        return  # free, or a folder without a readable manifest: replaced whole
+    if held != role:
+        raise InputError(f"a model named {name!r} is installed as the {held}; pick another --name for "
+                         f"this {role} (`agentmemrec models list` shows the names in use)")
+
+
 def _locate(source: str, quantize: str | None, origin: str | None) -> tuple[Path, Path | None, str | None]:
     """The folder to install from and the ONNX file in it (None: nothing exported, so export)."""
     local = Path(source).expanduser()
     if local.is_file() and local.suffix == ".onnx":
         return _folder_of(local), local, origin
     if local.is_dir():
-        return local, find_onnx(local, quantize), origin
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", source):
-        from agentmemrec.indexing.dense.hub import hub_export  # noqa: PLC0415 - huggingface_hub, only for hub ids
-        snapshot = hub_export(source, quantize)
-        if snapshot is not None:
-            return snapshot, find_onnx(snapshot, quantize), origin or f"huggingface:{source}"
+        found = find_onnx(local, quantize)
+        if found is None and not any(next(local.glob(p), None) for p in WEIGHT_PATTERNS):
+            raise InputError(f"{source} holds no ONNX model (model.onnx, or one under onnx/) and no weights to "
+                             "export; pass a folder with an ONNX export and its tokenizer.json")
+        return local, found, origin
+    hub_like = re.fullmatch(r"[\w.-]+/[\w.-]+", source) and not source.startswith(".")
+    if not hub_like:
+        raise InputError(f"no such file or folder: {source}; pass an ONNX file, a folder holding an ONNX "
+                         "export, or a hub id such as BAAI/bge-small-en-v1.5")
+    from agentmemrec.indexing.dense.hub import hub_export  # noqa: PLC0415 - huggingface_hub, only for hub ids
+    snapshot = hub_export(source, quantize)
+    if snapshot is not None:
+        return snapshot, find_onnx(snapshot, quantize), origin or f"huggingface:{source}"
     return local, None, origin
 
 
@@ -167,8 +196,9 @@ def is_quantized(path: Path) -> bool:
     """ONNX Runtime's quantizer (which optimum's also runs) names itself as the graph's producer."""
     try:
         return open_session(path, "cpu").get_modelmeta().producer_name == "onnx.quantize"
-    except StoreError as exc:
-        raise InputError(f"{path} is not a model ONNX Runtime can load ({exc})") from exc
+    except StoreError as exc:  # what ONNX Runtime said, not the advice for an installed model
+        raise InputError(f"{path} is not a model ONNX Runtime can load ({exc.__cause__ or exc}); "
+                         "export or copy it again") from exc
 
 
 def probe(out: Path, model_file: str, role: str, max_length: int) -> int:

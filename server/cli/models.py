@@ -1,4 +1,4 @@
-"""`agentmemrec models install|list|deactivate|serve`: the ONNX embedder and cross-encoder, and serving
+"""`agentmemrec models install|list|activate|deactivate|serve`: the ONNX embedder and cross-encoder, and serving
 them to other processes over HTTP."""
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     msub.add_parser("list", help="installed models, which are active, and where they run")
     d = msub.add_parser("deactivate", help="stop using the active model of a role (it stays installed)")
     d.add_argument("role", choices=["embedder", "reranker"], help="the role whose model is no longer used")
+    a = msub.add_parser("activate", help="use an installed model again, in the role it was installed for")
+    a.add_argument("name", help="the model's name, as `models list` shows it")
     s = msub.add_parser("serve", help="serve the active models over HTTP with text-embeddings-inference's "
                         "API (/embed, /rerank, /info), for replicas started with --inference URL")
     s.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1 only)")
@@ -56,7 +58,15 @@ def cmd_models(args: argparse.Namespace) -> int:
         return _install(home, args)
     if args.models_command == "deactivate":
         models.activate(home, args.role, None)
-        emit(f"no active {args.role}; the ranker for the remaining models is used")
+        emit(f"no active {args.role} (it stays installed: `agentmemrec models activate NAME` uses it again); "
+             "the ranker for the remaining models is used")
+        return 0
+    if args.models_command == "activate":
+        names = {m.name: m for m in models.installed(home)}
+        if args.name not in names:
+            raise InputError(f"no installed model named {args.name!r}; installed: {', '.join(sorted(names)) or 'none'}")
+        models.activate(home, names[args.name].role, args.name)
+        emit(f"{args.name} is the active {names[args.name].role}")
         return 0
     return _list(home)
 

