@@ -214,5 +214,5 @@ def test_cross_encoder_fp16_copy_scores_like_fp32(reranker_home):
 def test_install_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path))
     assert main(["models", "install", str(tmp_path / "nowhere"), "--as", "embedder"]) == 2
-    assert "cannot read model" in capsys.readouterr().err
+    assert f"no such file or folder: {tmp_path / 'nowhere'}" in capsys.readouterr().err
     assert not (tmp_path / "models" / "active.json").exists()
