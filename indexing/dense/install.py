@@ -278,6 +278,15 @@ def file_hash(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
+def weights_intact(folder: Path, manifest: Manifest) -> bool:
+    """Whether an installed model's weights are the ones its manifest recorded (a truncated or
+    replaced file is found here, not at the first recall)."""
+    try:
+        return file_hash(_weight_files(folder, manifest.model_file)) == manifest.sha256
+    except OSError:
+        return False
+
+
 def _weight_files(out: Path, model_file: str) -> list[Path]:
     """The ONNX file and its external data (`model.onnx`, `model.onnx_data`), in a stable order."""
     return sorted(p for p in out.iterdir() if p.name.startswith(model_file))

@@ -107,6 +107,7 @@ def _unused_cross_encoder(home: Path, installed: list[Any]) -> None:
 
 def _list(home: Path) -> int:
     from agentmemrec.indexing.dense import models  # noqa: PLC0415
+    from agentmemrec.indexing.dense.install import weights_intact  # noqa: PLC0415
     from agentmemrec.indexing.dense.onnx_runtime import plan_session  # noqa: PLC0415
     active = models.active(home)
     found = models.installed(home)
@@ -120,6 +121,8 @@ def _list(home: Path) -> int:
              f"max {m.max_length:<5} runs on {plan.device} at {plan.precision}  ({m.source}"
              f"{', ' + m.license if m.license else ''})"
              f"{f'; queries read after {m.instruction!r}' if m.instruction else ''}")
+        if not weights_intact(models.models_dir(home) / m.name, m):
+            emit(f"  DAMAGED: {m.name}'s weights are not the ones installed; install it again")
     for role in models.ROLES:
         if active.get(role) is None:
             emit(f"  no active {role}")

@@ -222,3 +222,14 @@ def test_a_deactivated_model_is_activated_again_by_name(default_home, tmp_path, 
     assert main(["models", "activate", "nope"]) == 2
     assert "no installed model named 'nope'; installed: bge-small-en-v1.5, ms-marco-MiniLM-L-12-v2" in \
         capsys.readouterr().err
+
+
+def test_models_list_flags_a_model_whose_weights_were_damaged(default_home, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    shutil.copytree(models_dir(default_home), models_dir(home))
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
+    assert main(["models", "list"]) == 0 and "DAMAGED" not in capsys.readouterr().out
+    weights = models_dir(home) / "bge-small-en-v1.5" / read_manifest(models_dir(home) / "bge-small-en-v1.5").model_file
+    weights.write_bytes(weights.read_bytes()[:100_000])
+    assert main(["models", "list"]) == 0
+    assert "DAMAGED: bge-small-en-v1.5's weights are not the ones installed" in capsys.readouterr().out
