@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import re
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, TypeVar
 
@@ -133,7 +134,8 @@ def create_server(settings: Settings) -> MCPServer:
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[SharedMemory]:
         await anyio.to_thread.run_sync(shared.start)
-        log.info("memory store in %s (%s); %s", settings.home,
+        where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
+        log.info("memory store in %s (%s); %s", where,
                  "a PostgreSQL store every process opens itself" if settings.store else
                  "this process owns it" if shared.is_owner else "another process owns it",
                  "access by bearer token" if settings.http else

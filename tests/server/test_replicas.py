@@ -124,6 +124,9 @@ async def test_a_write_through_one_replica_reaches_a_recall_through_another_and_
                 for client in (writer, reader):
                     while (await tool(client, "recall_slate", query="payments"))[0]:
                         pass
+    # each names the store it serves (the URL, its password hidden), not the unused local home
+    assert any("memory store in postgresql://" in line and pg_url.rsplit("@", 1)[-1] in line
+               and "every process opens itself" in line for line in a.log), a.log
 
 
 @pytest.fixture
