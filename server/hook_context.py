@@ -90,7 +90,7 @@ def prompt_context(memory: Memory, project: str, prompt: Any, budget: int) -> di
     if weak:
         return {"context": "", "why": f"weak evidence (slate {slate.slate_id}, {weak})"}
     head = (f"AgentMemRec: stored memory of project {project} that may bear on this prompt "
-            f"(recalled automatically; `agentmemrec explain {slate.slate_id}` says why).\n")
+            f"(recalled automatically as slate {slate.slate_id}; explain_selection says why).\n")
     return {"context": head + slate.context, "why": ""}
 
 
