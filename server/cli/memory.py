@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -77,8 +78,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
             "forget": cmd_forget, "tokens": cmd_tokens}
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    items = []
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The items, and the line of the file each came from (blank lines are skipped)."""
+    items, at = [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -90,26 +92,43 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             items.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{n}: not valid JSON ({exc.msg}); fix the line and retry") from exc
-    return items
+        at.append(n)
+    return items, at
 
 
-def import_items(memory: Any, project: str, items: list[dict[str, Any]], label: str = "import") -> int:
-    """Validate everything first (nothing is written if a line is bad), then write in batches."""
+def import_items(memory: Any, project: str, items: list[dict[str, Any]], at: list[int],
+                 label: str = "import") -> int:
+    """Validate everything first (nothing is written if a line is bad), then write in batches.
+    What only the store can refuse (a `supersedes` naming nothing) stops the import at its batch,
+    named by the file's line; the batches before it are stored, and running it again after the
+    fix stores the rest."""
     from tqdm import tqdm  # noqa: PLC0415
 
     from agentmemrec.indexing.units import validate_item  # noqa: PLC0415
-    for i, raw in enumerate(items):
-        validate_item(raw, f"line {i + 1}")
+    for raw, n in zip(items, at):
+        validate_item(raw, f"line {n}")
     stored = 0
     with tqdm(total=len(items), desc=label, unit="item", file=sys.stderr, disable=False, mininterval=1.0) as bar:
         for start in range(0, len(items), IMPORT_BATCH):
             batch = items[start:start + IMPORT_BATCH]
-            stored += sum(r.outcome != "unchanged" for r in memory.remember(project, batch))
+            try:
+                results = memory.remember(project, batch)
+            except InputError as exc:  # "item 3" of the batch is a line of the file
+                said = re.sub(r"\bitems? (\d+(?:, \d+)*)", lambda m: _lines(m[1], at, start), str(exc))
+                done = f"; the {start} items before it are stored" if start else ""
+                raise InputError(f"{said}{done}; fix it and run the import again") from exc
+            stored += sum(r.outcome != "unchanged" for r in results)
             # Each batch is one transaction: after an interruption, running the import again
             # stores the rest and leaves the batches already committed unchanged.
             log.info("%s: items %d-%d committed", label, start + 1, start + len(batch))
             bar.update(len(batch))
     return stored
+
+
+def _lines(positions: str, at: list[int], start: int) -> str:
+    """"3" or "2, 3" (1-based in a batch that starts at item `start`) as the file's lines."""
+    found = [str(at[start + int(k) - 1]) for k in positions.split(", ")]
+    return ("lines " if len(found) > 1 else "line ") + ", ".join(found)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -119,10 +138,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise InputError(f"import takes one JSONL file; {args.dir} is extra "
                          "(use 'import claude-code DIR' for transcripts)")
     settings = Settings.load(args.project, store=args.store, **source_settings(args))
-    items = read_jsonl(args.file)
+    items, at = read_jsonl(args.file)
     memory = open_memory(settings)
     try:
-        changed = import_items(memory, settings.project, items)
+        changed = import_items(memory, settings.project, items, at)
     finally:
         memory.close()
     emit(f"{len(items)} items read, {changed} stored or updated in project {settings.project}")

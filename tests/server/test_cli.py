@@ -135,3 +135,17 @@ def test_an_option_a_command_does_not_take_gets_that_commands_usage(home, capsys
         main(["recall", "ledger", "--bogus"])
     err = capsys.readouterr().err
     assert done.value.code == 2 and "usage: agentmemrec recall" in err and "unrecognized arguments: --bogus" in err
+
+
+def test_an_import_names_the_files_line_for_what_only_the_store_refuses(home, tmp_path, capsys, monkeypatch):
+    from agentmemrec.server.cli import memory as cli_memory
+    monkeypatch.setattr(cli_memory, "IMPORT_BATCH", 2)
+    src = tmp_path / "items.jsonl"
+    rows = [{"kind": "turn", "text": "first", "ref": "a"}, {"kind": "turn", "text": "second", "ref": "b"},
+            {"kind": "turn", "text": "third", "ref": "c"},
+            {"kind": "decision", "text": "Use Kafka.", "ref": "d", "supersedes": "ghost"}]
+    src.write_text("\n\n".join(json.dumps(r) for r in rows) + "\n")  # blank lines between: item 4 is line 7
+    assert main(["import", str(src), "--project", "infra"]) == 2
+    err = capsys.readouterr().err
+    assert "line 7, field 'supersedes': 'ghost' names no unit" in err
+    assert "the 2 items before it are stored; fix it and run the import again" in err
