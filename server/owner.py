@@ -299,12 +299,15 @@ class SharedMemory:
         owner = self._owner
         return None if owner is None else time.monotonic() - owner.last_call
 
-    def start(self) -> "SharedMemory":
+    def start(self, raise_errors: bool = False) -> "SharedMemory":
         """Own the store now if no process does. A store that cannot be opened is logged, not
-        raised: the process stays up and every call reports it until it is fixed."""
+        raised, so a server stays up and every call reports it until it is fixed; a command
+        (`raise_errors`) says it once and stops."""
         try:
             self._try_own()
         except StoreError as exc:
+            if raise_errors:
+                raise
             log.error("%s", exc)
         return self
 

@@ -91,4 +91,4 @@ def source_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def open_memory(settings: Settings):  # noqa: ANN201 - SharedMemory; imported lazily for a fast --help
     from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
-    return shared_memory(settings).start()
+    return shared_memory(settings).start(raise_errors=True)  # said once, by main, not logged too

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import duckdb
 import pytest
@@ -149,3 +152,12 @@ def test_an_import_names_the_files_line_for_what_only_the_store_refuses(home, tm
     err = capsys.readouterr().err
     assert "line 7, field 'supersedes': 'ghost' names no unit" in err
     assert "the 2 items before it are stored; fix it and run the import again" in err
+
+
+def test_a_store_that_cannot_be_opened_is_said_once(home):
+    """As a user's terminal shows it: the logged error and the command's own line said it twice."""
+    done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "recall", "hello there", "--store",
+                           "postgresql://postgres@127.0.0.1:1/x"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("cannot open the PostgreSQL store at 127.0.0.1:1/x") == 1, done.stderr
