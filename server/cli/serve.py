@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.cli.common import (
@@ -91,6 +92,8 @@ def long_lived_collector() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentmemrec.server.app import create_server  # noqa: PLC0415
     settings = serve_settings(args)
+    if args.http:
+        _check_port(args.host, args.port)
     server = create_server(settings)
     long_lived_collector()
     if args.http:
@@ -101,6 +104,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         server.run("stdio")
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """A port already taken is said before the store opens (uvicorn would say so only after the
+    server's startup, among its own log lines)."""
+    import socket  # noqa: PLC0415
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port, or stop "
+                         "what holds it") from exc
 
 
 def cmd_owner(args: argparse.Namespace) -> int:

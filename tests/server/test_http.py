@@ -4,6 +4,7 @@ on both backends."""
 from __future__ import annotations
 
 import json
+import socket
 
 import anyio
 import httpx2
@@ -113,3 +114,13 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
         huge = {**prompt, "prompt": "x" * 70_000}  # over --max-request-bytes, as /mcp refuses it
         assert (await http.post(url, json=huge, headers={"Authorization": f"Bearer {alice}"})).status_code == 413
     assert any("denied: token 'bob' asked for project 'payments' over the hook" in line for line in server.log)
+
+
+def test_serve_http_on_a_port_in_use_is_refused_before_anything_starts(home, capsys):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["serve", "--http", "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not (home / "memory.duckdb").exists()
