@@ -15,7 +15,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-REDACTED_FIELDS = ("text", "title")
+from agentmemrec.indexing.errors import InputError
+
+REDACTED_FIELDS = ("text", "title", "speaker", "session")
+# fields that name an item: a credential there is refused, not replaced (two refs would become one)
+REFUSED_FIELDS = ("ref", "path", "supersedes")
 
 
 def marker(name: str) -> str:
@@ -136,19 +140,27 @@ def redact(text: str, patterns: tuple[Pattern, ...] = PATTERNS) -> Redacted:
 
 def _replace(match: re.Match[str], pattern: Pattern, counts: Counter[str]) -> str:
     value = match.group(pattern.group)
-    if not value or value.startswith("[REDACTED") or not pattern.accept(match):
-        return match.group(0)
-    counts[pattern.name] += 1
     start, end = match.start(pattern.group) - match.start(), match.end(pattern.group) - match.start()
     whole = match.group(0)
+    inside = whole[:start].endswith("[REDACTED:")  # the name in a marker an earlier pattern left
+    if not value or value.startswith("[REDACTED") or inside or not pattern.accept(match):
+        return whole
+    counts[pattern.name] += 1
     return whole[:start] + marker(pattern.name) + whole[end:]
 
 
-def redact_item(raw: Any) -> tuple[Any, Mapping[str, int]]:
+def redact_item(raw: Any, position: str = "item") -> tuple[Any, Mapping[str, int]]:
     """A raw remember item with its text fields redacted; anything else is returned as is
-    (validation, not redaction, rejects malformed items)."""
+    (validation, not redaction, rejects malformed items). A credential in a field that names the
+    item (its ref or path) is refused: there is nothing to replace it with."""
     if not isinstance(raw, dict):
         return raw, {}
+    for name in REFUSED_FIELDS:
+        value = raw.get(name)
+        found = redact(value).counts if isinstance(value, str) else {}
+        if found:
+            raise InputError(f"{position}, field {name!r}: looks like it holds a credential "
+                             f"({', '.join(sorted(found))}); name the item without it")
     out, counts = dict(raw), Counter[str]()
     for name in REDACTED_FIELDS:
         value = raw.get(name)

@@ -18,7 +18,7 @@ from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.lru import memo_bytes
-from agentmemrec.indexing.redact import redact_item
+from agentmemrec.indexing.redact import redact, redact_item
 from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.indexing.store.backends import open_store
@@ -186,7 +186,7 @@ class Memory:
         check_project(project)
         counts: Counter[str] = Counter()
         if (self.redact if redact is None else redact) and isinstance(raw_items, list):
-            redacted = [redact_item(raw) for raw in raw_items]
+            redacted = [redact_item(raw, f"item {i}") for i, raw in enumerate(raw_items, 1)]
             raw_items = [raw for raw, _ in redacted]
             for _, found in redacted:
                 counts.update(found)
@@ -302,13 +302,17 @@ class Memory:
             tips = nxt
         return {uid: chain for uid, chain in chains.items() if chain}
 
+    def _saved(self, query: str | None) -> str | None:
+        return redact(query).text if query and self.redact else query
+
     def _explanation(self, slate: Slate, selection: "Selection", pool_size: int, generation: int) -> dict[str, Any]:
         pool = selection.pool
         return {
-            "slate_id": slate.slate_id, "query": selection.query, "budget": slate.budget,
+            # saved and shown to whoever holds the slate id: a secret pasted into a prompt is not kept
+            "slate_id": slate.slate_id, "query": self._saved(selection.query), "budget": slate.budget,
             "generation": generation,  # the project's, when recalled: what was written since is later
             "as_of": selection.as_of.isoformat() if selection.as_of else None, "ranker": self.ranker.name,
-            "channels": list(pool.channels), "dense_query": selection.dense_query,
+            "channels": list(pool.channels), "dense_query": self._saved(selection.dense_query),
             "models": self.models(), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),

@@ -104,10 +104,21 @@ def header(key: tuple) -> str:
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 
 
+_PLAIN = re.compile(r"^[\w.:/@+=-]+$")  # a name shown as it is; any other is quoted
+
+
+def quoted(name: str) -> str:
+    """A stored name (a ref, a session) as a label or header shows it: plain names as they are,
+    others in quotes, so a name holding `]`, `(` or `#` cannot end the label early or forge the
+    status, date or section that follows it."""
+    name = one_line(name)
+    return name if _PLAIN.match(name) else '"' + name.replace('"', "'") + '"'
+
+
 def shown_session(name: str) -> str:
     """A session's name as its header shows it: a captured session is named by a uuid (about 30
     tokens), whose first 8 digits tell a project's sessions apart."""
-    return name[:8] if _UUID.match(name) else one_line(name)
+    return name[:8] if _UUID.match(name) else quoted(name)
 
 
 def shown_ref(unit: Unit) -> str | None:
@@ -124,7 +135,7 @@ def shown_ref(unit: Unit) -> str | None:
 
 def render_item(unit: Unit, inputs: SlateInputs) -> str:
     shown = shown_ref(unit)
-    label = f"[#{unit.id}" + (f" {one_line(shown)}" if shown else "") + "]"
+    label = f"[#{unit.id}" + (f" {quoted(shown)}" if shown else "") + "]"
     if unit.kind == "turn":
         who = one_line(unit.speaker or unit.role or "")
         head = f"{label} {who}:"

@@ -39,7 +39,7 @@ def note_rules(settings: Settings) -> NoteRules:
 
 def capture_target(settings: Settings, projects: frozenset[str] | None) -> Target:
     return Target(projects, ProjectMap.load(settings.project_map),
-                  TranscriptOptions(include_sidechains=settings.include_sidechains))
+                  TranscriptOptions(include_sidechains=settings.include_sidechains, redact=settings.redact))
 
 
 CLAUDE_DIR_POLL_S = 2.0  # how often a server looks for a Claude Code folder not yet made

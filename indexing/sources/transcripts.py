@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.redact import redact
 from agentmemrec.indexing.units import PROJECT_RE, validate_item
 
 Skip = Literal["malformed", "not-a-message", "sidechain", "compaction", "meta", "thinking",
@@ -35,6 +36,9 @@ class TranscriptOptions:
     include_sidechains: bool = False
     max_text_bytes: int = 16 * 1024  # a longer turn (a pasted log) is cut here
     tool_chars: int = 200  # of a tool call's argument, or of a failed tool's output
+    # redact a tool's argument and output before they are flattened to one line and clipped: a
+    # token cut short, or a `.env` line run into the next, would no longer look like a secret
+    redact: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,25 +108,26 @@ def _render(content: Any, options: TranscriptOptions) -> tuple[list[str], list[s
         if kind == "text":
             parts.append(str(block.get("text", "")))
         elif kind == "tool_use":
-            parts.append(tool_call(block, options.tool_chars))
+            parts.append(tool_call(block, options.tool_chars, options.redact))
         elif kind == "tool_result" and block.get("is_error"):
-            parts.append(f"[tool result (error): {_flat(block.get('content'), options.tool_chars)}]")
+            parts.append(f"[tool result (error): {_flat(block.get('content'), options.tool_chars, options.redact)}]")
     return parts, kinds
 
 
-def tool_call(block: Mapping[str, Any], limit: int = 200) -> str:
+def tool_call(block: Mapping[str, Any], limit: int = 200, redacted: bool = True) -> str:
     """`[tool Bash: pytest -q]`: the tool's name and its most telling argument, never its output."""
     name = str(block.get("name") or "tool")
     args = block.get("input") if isinstance(block.get("input"), dict) else {}
     arg = next((args[k] for k in TOOL_FIELDS if isinstance(args.get(k), str) and args[k].strip()), "")
-    arg = " ".join(arg.split())
+    arg = " ".join((redact(arg).text if redacted else arg).split())
     return f"[tool {name}: {_clip(arg, limit)}]" if arg else f"[tool {name}]"
 
 
-def _flat(content: Any, limit: int) -> str:
+def _flat(content: Any, limit: int, redacted: bool = True) -> str:
     if isinstance(content, list):
         content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return _clip(" ".join(str(content or "").split()), limit)
+    text = str(content or "")
+    return _clip(" ".join((redact(text).text if redacted else text).split()), limit)
 
 
 def _clip(text: str, limit: int) -> str:

@@ -119,3 +119,11 @@ async def test_a_server_started_with_no_redact_stores_text_verbatim(home):
         await call(c, "remember", items=[turn(f"The access key id is {AWS_KEY}")])
         slate = await call(c, "recall_slate", query="access key id")
     assert AWS_KEY in slate["context"]
+
+
+def test_a_token_used_as_a_urls_user_leaves_one_clean_marker():
+    """The URL rule read the first marker as user:password and redacted inside it."""
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5q"
+    out = redact(f"git push https://{token}@github.com/o/r")
+    assert out.text == "git push https://[REDACTED:github-token]@github.com/o/r"
+    assert out.counts == {"github-token": 1}

@@ -265,3 +265,12 @@ async def test_setup_with_another_project_name_maps_the_repositorys_sessions_to_
     assert main(["setup", "claude-code", "--dir", str(payments), "--user-dir", str(user), "--project", "billing",
                  "--remove"]) == 0
     assert json.loads((home / "project-map.json").read_text()) == {}
+
+
+def test_a_tool_argument_is_redacted_before_it_is_clipped_to_one_line():
+    """Clipped first, a token past the first 150 characters was kept in part, too short to match."""
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5q"
+    command = "x" * 150 + f" git push https://{token}@github.com/o/r"
+    turn = convert_line(line("assistant", [{"type": "tool_use", "name": "Bash", "input": {"command": command}}],
+                             1, Path("/r")))
+    assert "[REDACTED:github-token]" in turn.item["text"] and token[:12] not in turn.item["text"]
