@@ -53,11 +53,18 @@ def _looks_random(match: re.Match[str]) -> bool:
     return len(value) >= 16 and has_letter and has_digit and shannon_entropy(value) >= 3.5
 
 
+PLACEHOLDER_MARKS = ("xxxx", "****", "your_", "your-", "<", "$", "{{", "%(")
+PLACEHOLDER_WORDS = ("none", "null", "true", "false", "changeme", "password", "secret", "redacted", "example")
+
+
 def _is_placeholder(value: str) -> bool:
+    """`$DB_PASSWORD`, `<your password>`, `changeme`, `password_here`: not a value. A word
+    followed by digits (`Password123!`, `secretP4ss99`) is a weak password, not a placeholder."""
     lowered = value.lower()
-    prefixes = ("none", "null", "true", "false", "changeme", "password", "secret", "xxxx", "****",
-                "redacted", "example", "your_", "your-", "<", "$", "{{", "%(")
-    return lowered.startswith(prefixes) or set(lowered) <= {"*", "x", "."}
+    if lowered.startswith(PLACEHOLDER_MARKS) or set(lowered) <= {"*", "x", "."}:
+        return True
+    word = next((w for w in PLACEHOLDER_WORDS if lowered.startswith(w)), None)
+    return word is not None and not any(c.isdigit() for c in lowered[len(word):])
 
 
 def _is_code(value: str) -> bool:

@@ -127,3 +127,18 @@ def test_a_token_used_as_a_urls_user_leaves_one_clean_marker():
     out = redact(f"git push https://{token}@github.com/o/r")
     assert out.text == "git push https://[REDACTED:github-token]@github.com/o/r"
     assert out.counts == {"github-token": 1}
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("postgresql://admin:secretP4ss99@db.internal/app", "secretP4ss99"),
+    ("mysql://root:Password123!@db/app", "Password123!"),
+    ("DB_PASSWORD=Password123!", "Password123!"),
+])
+def test_a_weak_password_that_starts_like_a_placeholder_is_redacted(text, secret):
+    assert secret not in redact(text).text
+
+
+@pytest.mark.parametrize("text", ["password=changeme", "DB_PASSWORD=$DB_PASSWORD", "password: <your password>",
+                                  "postgresql://user:password@localhost/db", "secret: password_here"])
+def test_placeholders_stay(text):
+    assert redact(text).text == text
