@@ -73,13 +73,17 @@ class MemoryServer(MCPServer):
     tool does not take is refused too (the SDK would drop it: a misspelt `project` would write to
     the default project), and each tool's schema says so (`additionalProperties: false`)."""
 
+    _taken: dict[str, set[str]] | None = None  # each tool's argument names, read at the first call
+
     async def list_tools(self) -> list[Any]:
         tools = await super().list_tools()
         return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
                 for t in tools]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        taken = {t.name: set(t.input_schema.get("properties", {})) for t in await super().list_tools()}
+        if self._taken is None:  # every tool is registered before the server serves
+            self._taken = {t.name: set(t.input_schema.get("properties", {})) for t in await super().list_tools()}
+        taken = self._taken
         unknown = sorted(set(arguments or {}) - taken.get(name, set(arguments or {})))
         if unknown:
             raise ToolError(f"{name} refused: unknown argument(s) {unknown}; it takes "

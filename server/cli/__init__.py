@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return hook(argv[1:])
     from agentmemrec.indexing.errors import InputError, StoreError  # noqa: PLC0415
     from agentmemrec.server.cli.common import setup_logging  # noqa: PLC0415
+    from agentmemrec.server.console import complain  # noqa: PLC0415
 
     parser, commands = _parser_and_commands()
     args, extra = parser.parse_known_args(argv)
@@ -62,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(commands[args.command](args) or 0)
     except InputError as exc:
-        print(f"agentmemrec: {exc}", file=sys.stderr)
+        complain(str(exc))
         return 2
     except StoreError as exc:
-        print(f"agentmemrec: {exc}", file=sys.stderr)
+        complain(str(exc))
         return 1

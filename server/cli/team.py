@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError, StoreLocked
-from agentmemrec.server.console import emit
+from agentmemrec.server.console import complain, emit
 from agentmemrec.server.settings import Settings
 
 
@@ -51,9 +51,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     conflicts = list(dict.fromkeys(moved.conflicts))
     if conflicts:
         shown = ", ".join(conflicts[:20]) + (f" and {len(conflicts) - 20} more" if len(conflicts) > 20 else "")
-        print(f"agentmemrec: {len(conflicts)} refs are held in the target with other content and were left as "
-              f"they are there (another developer's unit under the same ref, or one changed here since the last "
-              f"migrate): {shown}. Rename the ref here, or forget it in the target (agentmemrec forget REF "
-              f"--project P --store URL), then run migrate again.", file=sys.stderr)
+        complain(f"{len(conflicts)} refs are held in the target with other content and were left as they are "
+                 f"there (another developer's unit under the same ref, or one changed here since the last "
+                 f"migrate): {shown}. Rename the ref here, or forget it in the target (agentmemrec forget REF "
+                 f"--project P --store URL), then run migrate again.")
         return 1
     return 0
