@@ -9,6 +9,7 @@ from every backup, a lost word costs little.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections import Counter
@@ -92,6 +93,36 @@ def _credential_in_url(match: re.Match[str]) -> bool:
     return not _is_placeholder(match.group(1))
 
 
+def _flag_value(match: re.Match[str]) -> bool:
+    """`--password hunter2`, `--token "$(cat f)"`: the flag's argument, unless a placeholder, a
+    name in code or, unquoted, a plain word (`the --password option`)."""
+    quoted, value = match.group(1), match.group(2)
+    if _is_placeholder(value) or value.startswith("-") or _is_code(value):
+        return False
+    return bool(quoted) or not value.rstrip(".,;:!?)").isalpha()
+
+
+def _phrase(match: re.Match[str]) -> bool:
+    """`password: "correct horse battery staple"`: a quoted value with spaces (the other rules
+    take values without them)."""
+    return " " in match.group(2) and not _is_placeholder(match.group(2))
+
+
+def _basic_credentials(match: re.Match[str]) -> bool:
+    """`Authorization: Basic dXNlcjpwYXNz`: base64 of `user:password`, not the word after "basic"."""
+    try:
+        decoded = base64.b64decode(match.group(1), validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
+def _looks_random_value(match: re.Match[str]) -> bool:
+    """An env-like line's random value; a URL there is an address (credentials in it are the URL
+    rule's), not a secret."""
+    return "://" not in match.group(2) and _looks_random(match)
+
+
 # Every pattern is linear in the text: a token may start only where its own character run
 # starts (a lookbehind), and runs are possessive or bounded, so "sk-sk-sk-..." or
 # "token_token_..." cost one scan, not one per position.
@@ -117,17 +148,31 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("github-token", re.compile(
         r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)")),
     Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+")),
+    Pattern("gitlab-token", re.compile(_B64 + r"glpat-[A-Za-z0-9_-]{20,}+")),
+    Pattern("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+")),
+    Pattern("webhook-secret", re.compile(r"(?<![A-Za-z0-9_])whsec_[A-Za-z0-9+/=]{24,}+")),
+    Pattern("webhook-url", re.compile(
+        r"(?i)\bhttps://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
+        r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/([A-Za-z0-9/_-]{16,}+)"), group=1),
     Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}")),
     Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")),
     Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1),
+    Pattern("basic-credentials", re.compile(r"(?i)\bbasic[ \t]++([A-Za-z0-9+/]{8,}+={0,2})(?![A-Za-z0-9+/=])"),
+            group=1, accept=_basic_credentials),
     Pattern("url-credentials", re.compile(
         r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{1,64}+:([^\s@/]{3,128}+)@"),
         group=1, accept=_credential_in_url),
+    Pattern("secret-flag", re.compile(
+        r"(?<![A-Za-z0-9_-])--?(?:[a-z0-9]++-)*?(?i:password|passwd|passphrase|secret|token|api-?key|"
+        r"access-key|private-key)[ \t]++([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){4,256}+)(?(1)\1|(?!\S))"),
+        group=2, accept=_flag_value),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+[=:]\s*+([\"'])([^\"'\n]{4,256}+)\1"),
+            group=2, accept=_phrase),
     Pattern("secret-assignment", re.compile(_KEY + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned),
     Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated),
     Pattern("high-entropy", re.compile(
         r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"
-        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random),
+        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random_value),
 )
 
 

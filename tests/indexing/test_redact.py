@@ -42,6 +42,15 @@ FAMILIES = [
     ("secret-assignment", '{"client_secret": "s3cr3t"}', "s3cr3t"),
     ("secret-assignment", "db_password: Tr0ub4dor&3", "Tr0ub4dor&3"),
     ("high-entropy", "SESSION_SIGNING=f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6", "f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6"),
+    ("secret-assignment", 'password: "correct horse battery staple"', "correct horse"),
+    ("secret-flag", "mysql --password hunter22 -u root", "hunter22"),
+    ("secret-flag", "deploy --api-key 'k9 two words' --yes", "k9 two words"),
+    ("basic-credentials", "curl -H 'Authorization: Basic dXNlcjpzM2NyZXQ=' api", "dXNlcjpzM2NyZXQ="),
+    ("gitlab-token", "CI uses glpat-Ab3dEf6hIj9kLm2nOp5q", "glpat-Ab3dEf6hIj9kLm2nOp5q"),
+    ("huggingface-token", "login hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "hf_AbCdEfGhIjKlMnOpQrStUv"),
+    ("webhook-secret", "stripe listen gave whsec_Ab3dEf6hIj9kLm2nOp5qRs8t", "whsec_Ab3dEf6hIj9kLm2nOp5qRs8t"),
+    ("webhook-url", "alerts go to https://hooks.slack.com/services/T0AB12CD3/B0EF45GH6/ZyXwVuTsRqPoNmLk",
+     "B0EF45GH6/ZyXwVuTsRqPoNmLk"),
 ]
 
 
@@ -65,6 +74,9 @@ def test_every_pattern_in_the_table_has_a_test():
     "API_KEY=$API_KEY PASSWORD=changeme password=<your password>",
     "PATH=/usr/local/bin:/usr/bin:/bin",
     "We decided to rotate the AWS keys monthly and keep them in Vault.",
+    "Use the --password option, or --token-file /run/token, or --token $GITHUB_TOKEN.",
+    "Basic authentication is enabled; basic configuration lives in config.yaml.",
+    "API_URL=https://api.example.com/v1/a8d7f6g5h4k3j2",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
     result = redact(text)
@@ -78,7 +90,8 @@ def test_the_key_name_stays_readable():
 def test_redaction_stays_linear_on_adversarial_text():
     # Each of these took minutes with a backtracking pattern; linear patterns take milliseconds.
     runs = ["x_y_z-", "a.", "eyJ-", "sk-", "xoxb-", "token_", "secret", "a://", "postgres://u:",
-            "password=", "TOKEN = ", "ghp_", "Bearer ", "A=", "secret: ", "AIza-", 'token="']
+            "password=", "TOKEN = ", "ghp_", "Bearer ", "A=", "secret: ", "AIza-", 'token="', "--a-",
+            "--token ", "Basic ", 'password: "a ', "glpat-", "hf_", "whsec_", "https://hooks.slack.com/services/"]
     started = time.perf_counter()
     for run in runs:
         redact(run * (100_000 // len(run)))
