@@ -233,6 +233,10 @@ def cmd_tokens(args: argparse.Namespace) -> int:
             emit(secret)
             log.info("token %r made for projects %s; its secret is shown this once", principal.name,
                      ",".join(principal.projects))
+            known = memory.call("kinds")
+            for project in (p for p in principal.projects if p not in known):
+                log.warning("project %r holds nothing yet (a typo?); the store holds %s", project,
+                            ", ".join(sorted(known)) or "no project")
         elif args.tokens_command == "list":
             for p in memory.call("tokens.list"):
                 emit(f"{p.name}\t{','.join(p.projects)}\t{p.created_at:%Y-%m-%d %H:%M}")

@@ -29,6 +29,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser("stats", help="the store: where it is, its size, and per project its units "
                        "and what limits recall (models missing, units not yet embedded)")
     store_arg(p)
+    p.add_argument("--project", default=None, help="only this project")
     p.add_argument("--json", action="store_true", help="print JSON")
     return {"ls": cmd_ls, "show": cmd_show, "stats": cmd_stats}
 
@@ -92,10 +93,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    settings = Settings.load(store=args.store)
+    settings = Settings.load(args.project, store=args.store)
     memory = open_memory(settings)
     try:
         kinds = memory.call("kinds")
+        if args.project:
+            kinds = {p: k for p, k in kinds.items() if p == settings.project}
         notes = {p: memory.call("notes", p) for p in kinds}
     finally:
         memory.close()
@@ -111,4 +114,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
              f"{r['notes']} note chunks)")
         for note in r["limits"]:
             emit(f"  -- {note}")
+    if args.project and not kinds:
+        emit(f"-- project {settings.project} holds nothing yet; `agentmemrec stats` shows every project")
     return 0

@@ -101,6 +101,24 @@ def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert stats["projects"][0]["units"] == 3 and stats["database_bytes"] > 0
     assert any("no embedder is active" in n for n in stats["projects"][0]["limits"])
+    src.write_text(json.dumps({"kind": "turn", "text": "Docs build with mkdocs.", "ref": "d"}))
+    assert main(["import", str(src), "--project", "docs"]) == 0
+    capsys.readouterr()
+    assert main(["stats", "--project", "docs", "--json"]) == 0
+    assert [p["project"] for p in json.loads(capsys.readouterr().out)["projects"]] == ["docs"]
+    assert main(["stats", "--project", "dcos"]) == 0
+    assert "project dcos holds nothing yet" in capsys.readouterr().out
+
+
+def test_a_token_for_a_project_that_holds_nothing_is_made_with_a_warning(home, tmp_path, capsys, caplog):
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080.", "ref": "port"}))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    capsys.readouterr()
+    assert main(["tokens", "add", "ci-bot", "--projects", "infra,infar"]) == 0
+    assert capsys.readouterr().out.startswith("amr_")
+    assert "'infar' holds nothing yet (a typo?); the store holds infra" in caplog.text
+    assert "'infra' holds" not in caplog.text
 
 
 def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, tmp_path, capsys, monkeypatch):
