@@ -16,12 +16,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
+from starlette.middleware.authentication import AuthenticationMiddleware
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
-from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access
+from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access, store_unavailable
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
     DEFAULT_BUDGET,
@@ -79,6 +80,15 @@ class MemoryServer(MCPServer):
         tools = await super().list_tools()
         return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
                 for t in tools]
+
+    def streamable_http_app(self, **kwargs: Any) -> Any:
+        """The SDK's app, whose bearer middleware answers a token the store could not check with
+        503 (`store_unavailable`), not 401."""
+        app = super().streamable_http_app(**kwargs)
+        for middleware in app.user_middleware:
+            if middleware.cls is AuthenticationMiddleware:
+                middleware.kwargs["on_error"] = store_unavailable
+        return app
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         if self._taken is None:  # every tool is registered before the server serves

@@ -16,6 +16,9 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
+from starlette.authentication import AuthenticationError
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
 
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.store.principals import Principal, hash_secret
@@ -38,7 +41,9 @@ class StoreTokenVerifier:
 
     While the store cannot be read, a token this process accepted before is still accepted, so
     its calls reach the tools and get their clear "store unavailable" error instead of a bare
-    401: nothing can be read or written meanwhile, and revoking a token needs the store too."""
+    401: nothing can be read or written meanwhile, and revoking a token needs the store too. Any
+    other token raises `TokenUncheckable`, which `store_unavailable` answers with 503: a 401 would
+    tell its holder that the token is wrong."""
 
     def __init__(self, memory: SharedMemory) -> None:
         self.memory = memory
@@ -51,7 +56,10 @@ class StoreTokenVerifier:
                 self.memory.call, "tokens.principal", digest)
         except StoreError as exc:  # fail closed, but for tokens known good: see the class
             log.error("cannot check a bearer token: %s", exc)
-            return self._accepted.get(digest)
+            if digest in self._accepted:
+                return self._accepted[digest]
+            raise TokenUncheckable(f"the memory store cannot be reached to check this token ({exc}); "
+                                   "try again shortly") from exc
         if principal is None:
             self._accepted.pop(digest, None)
             log.warning("refused a request with an unknown or revoked bearer token")
@@ -63,6 +71,18 @@ class StoreTokenVerifier:
         if len(self._accepted) > ACCEPTED_KEPT:
             self._accepted.popitem(last=False)
         return access
+
+
+class TokenUncheckable(AuthenticationError):
+    """A token this process has not accepted before, while the store cannot be read."""
+
+
+def store_unavailable(_conn: HTTPConnection, exc: AuthenticationError) -> Response:
+    """The bearer middleware's answer to a token that could not be checked: 503, try again."""
+    status = 503 if isinstance(exc, TokenUncheckable) else 400
+    return JSONResponse({"error": "store_unavailable" if status == 503 else "invalid_request",
+                         "error_description": str(exc)}, status_code=status,
+                        headers={"Retry-After": "5"} if status == 503 else None)
 
 
 def principal_access(ctx: Context) -> Access | None:

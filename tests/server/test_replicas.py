@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pg_server
 import psycopg
 import pytest
@@ -146,7 +147,7 @@ async def test_a_database_restart_gives_clear_errors_writes_no_half_batch_and_re
         own_postgres, tmp_path, capsys):
     url = fresh_schema(own_postgres.url)
     secret = add_token(capsys, url)
-    outcomes: dict[tuple[int, int], str] = {}
+    unseen = add_token(capsys, url, "newcomer")  # no replica checks it before the outage
     async with AsyncExitStack() as stack:
         servers = await replicas(stack, tmp_path, url, 2)
         clients = [await stack.enter_async_context(mcp_client(s.url, secret)) for s in servers]
@@ -159,6 +160,10 @@ async def test_a_database_restart_gives_clear_errors_writes_no_half_batch_and_re
             assert not ok and "PostgreSQL store" in error and "retry" in error, error
             ok, error = await tool(client, "recall_slate", query="queue broker")
             assert not ok and "PostgreSQL store" in error, error
+        async with httpx2.AsyncClient() as raw:  # a token that cannot be checked: try again, not "wrong token"
+            reply = await raw.post(servers[0].url, json={}, headers={"Authorization": f"Bearer {unseen}"})
+        assert reply.status_code == 503 and reply.headers["retry-after"] == "5", reply.text
+        assert "cannot be reached to check this token" in reply.json()["error_description"]
         await anyio.to_thread.run_sync(own_postgres.start)
         with anyio.fail_after(30):  # the same processes answer again
             for i, client in enumerate(clients):
