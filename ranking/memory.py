@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
-from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.lru import memo_bytes
 from agentmemrec.indexing.redact import redact, redact_item
@@ -41,6 +41,7 @@ from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, 
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, warm_item_tokens
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
 MAX_QUERY_CHARS = 8_000
@@ -86,6 +87,7 @@ class Memory:
         self.redact = redact  # secrets are replaced by markers before anything is stored
         self._lifecycle = threading.Lock()
         self._closed = False
+        self._reading = threading.Lock()  # held by each store read of the warm-up; close waits for it
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
@@ -119,7 +121,8 @@ class Memory:
                 if warm is not None:
                     self.warm_indexes(warm)
             except Exception:  # the first recall loads them instead
-                log.exception("loading the indexes of %s at start failed", warm)
+                if not self._closed:
+                    log.exception("loading the indexes of %s at start failed", warm)
             with self._lifecycle:
                 if not self._closed:
                     worker.start()
@@ -141,6 +144,8 @@ class Memory:
     def close(self) -> None:
         with self._lifecycle:
             self._closed = True
+        with self._reading:  # a warm-up read still running on the store would abort the process at its close
+            pass
         if self.worker is not None:
             self.worker.stop()
         self.slates.close()
@@ -269,13 +274,20 @@ class Memory:
 
     def warm_indexes(self, project: str) -> None:
         for channel in self.channels:
-            channel.search(project, "warm", 1, set())
+            self._while_open(channel.search, project, "warm", 1, set())
 
     def warm_caches(self, project: str) -> None:
-        units = self.store.warm_units(project)
+        units = self._while_open(self.store.warm_units, project)
         warm_text_features(units)
         warm_item_tokens(units)
-        self.sessions.prime(project)
+        self._while_open(self.sessions.prime, project)
+
+    def _while_open(self, read: Callable[..., T], *args: Any) -> T:
+        """One read of the store by a warm-up, which `close` waits for; none once it is closed."""
+        with self._reading:
+            if self._closed:
+                raise StoreError("the memory was closed while warming up")
+            return read(*args)
 
     def _slate_inputs(self, project: str, ranked: Sequence[ScoredCandidate], excluded: set[int],
                       sessions: SessionSnapshot) -> SlateInputs:

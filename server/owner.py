@@ -243,9 +243,11 @@ class _StoreCalls:
         return self.shared.call("rename_ref", project, old_ref, new_ref, path)
 
 
-def shared_memory(settings: Settings) -> SharedMemory:
+def shared_memory(settings: Settings, one_shot: bool = False) -> SharedMemory:
     """The store as these settings use it: models on their device, their ranker, their redaction
-    (a process that forwards to another owner asks it for the same, or is refused)."""
+    (a process that forwards to another owner asks it for the same, or is refused). A `one_shot`
+    command (`ls`, `import`) that comes to own the store neither warms its indexes, embeds in the
+    background nor compiles the ranker: it exits before any of that would pay off."""
     config = RecallConfig(pool_size=settings.pool_size)
 
     def opener() -> Memory:
@@ -253,6 +255,8 @@ def shared_memory(settings: Settings) -> SharedMemory:
                              ranker_model=settings.ranker_model, redact=settings.redact,
                              rerank_limit=settings.rerank_limit, store_url=settings.store,
                              index_memory=settings.index_memory_mib << 20, inference=settings.inference)
+        if one_shot:
+            return memory
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows
         if settings.compile_ranker:
             memory.compile_ranker()

@@ -89,6 +89,8 @@ def source_settings(args: argparse.Namespace) -> dict[str, Any]:
     return extra
 
 
-def open_memory(settings: Settings):  # noqa: ANN201 - SharedMemory; imported lazily for a fast --help
+def open_memory(settings: Settings, one_shot: bool = True):  # noqa: ANN201 - SharedMemory; lazily for a fast --help
+    """The memory for a command; `one_shot=False` for one that runs on (`watch`), which embeds
+    in the background what it writes, as a server does."""
     from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
-    return shared_memory(settings).start(raise_errors=True)  # said once, by main, not logged too
+    return shared_memory(settings, one_shot).start(raise_errors=True)  # said once, by main, not logged too

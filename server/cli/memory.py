@@ -165,7 +165,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from agentmemrec.server.sources import run_watch  # noqa: PLC0415
     settings = Settings.load(args.project, store=args.store, **source_settings(args))
     [folder] = watch_folders([args.folder])
-    memory = open_memory(settings)
+    memory = open_memory(settings, one_shot=args.once)
     try:
         return run_watch(memory, settings, folder, args.once, emit)
     finally:
