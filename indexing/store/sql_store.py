@@ -22,7 +22,7 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, generation_and_log, row_to_unit, scan_units
 from agentmemrec.indexing.store.generations import CarriedCache, Generations
 from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
-from agentmemrec.indexing.store.writes import Prepared, resolve_all, write_batch
+from agentmemrec.indexing.store.writes import Prepared, resolve_all, unlink_forgotten, write_batch
 from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash, id_hint
 
 UNIT_CACHE_BYTES = 64 << 20  # per project: units weigh what their text does, up to 128 KiB each
@@ -127,9 +127,7 @@ class SqlStore(ABC):
                                  f"{''.join(map(id_hint, missing[:1]))}; "
                                  "pass refs, or ids written '#42', as a write or a slate returned them")
             ids = sorted({i for found in resolved.values() for i in found})
-            for column in ("superseded_by", "supersedes"):
-                cur.execute(f"UPDATE units SET {column} = NULL WHERE {column} IN "
-                            "(SELECT unnest(?::BIGINT[]))", [ids])
+            unlink_forgotten(cur, ids)
             cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
             self._bump(cur, project, ids)
         return ids

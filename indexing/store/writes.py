@@ -70,7 +70,10 @@ def write_batch(cur: Cursor, project: str, batch: list[Prepared],
                 for c in p.chunks]
         if not item.ref:
             by_hash[p.hash] = ()  # a second identical item in this batch is not stored again
-        new_rows = [_row(item, p.hash, key, c) for key, c in zip(keys, p.chunks)]
+        # rewritten without `at`, a decision keeps the date it was decided, a turn when it was said
+        # (a note's date is its last edit)
+        at = item.at or (old[0][4] if old and item.kind != "note" else None)
+        new_rows = [_row(item, p.hash, key, c, at) for key, c in zip(keys, p.chunks)]
         kept = _unchanged_chunks(cur, project, item, new_rows) if old else {}
         rows.extend(r for r in new_rows if r[0] not in kept)  # only changed chunks are rewritten
         rehash.extend((p.hash, uid) for uid in kept.values())
@@ -106,19 +109,20 @@ def write_batch(cur: Cursor, project: str, batch: list[Prepared],
         results.append(WriteResult(p.item.ref, unit_ids, outcome))
     return results
 
-def _row(item: Item, chash: str, key: str, chunk: Any) -> tuple[Any, ...]:
+def _row(item: Item, chash: str, key: str, chunk: Any, at: datetime | None) -> tuple[Any, ...]:
     return (key, item.kind, item.ref, chunk.index, chash, chunk.text, chunk.tokens, item.session,
             item.role, item.speaker, item.title, item.status, item.path, chunk.heading,
-            item.at or now())
+            at or now())
 
 def _existing_by_ref(cur: Cursor, project: str, refs: list[str]
-                      ) -> dict[str, list[tuple[int, str, str, int]]]:
-    out: dict[str, list[tuple[int, str, str, int]]] = {}
+                      ) -> dict[str, list[tuple[int, str, str, int, datetime]]]:
+    """ref -> its chunks' (id, kind, content hash, chunk, recorded_at)."""
+    out: dict[str, list[tuple[int, str, str, int, datetime]]] = {}
     if refs:
-        for uid, ref, kind, chash, chunk in cur.execute(
-                "SELECT id, ref, kind, content_hash, chunk FROM units WHERE project = ? AND ref IN "
+        for uid, ref, kind, chash, chunk, at in cur.execute(
+                "SELECT id, ref, kind, content_hash, chunk, recorded_at FROM units WHERE project = ? AND ref IN "
                 "(SELECT unnest(?::VARCHAR[])) ORDER BY ref, chunk", [project, refs]).fetchall():
-            out.setdefault(ref, []).append((uid, kind, chash, chunk))
+            out.setdefault(ref, []).append((uid, kind, chash, chunk, at))
     return out
 
 def _existing_by_hash(cur: Cursor, project: str, hashes: list[str]
@@ -151,9 +155,6 @@ def _bulk_upsert(cur: Cursor, project: str,
 def _link_supersession(cur: Cursor, project: str, new_id: int,
                       supersedes: str | None, known: dict[str, tuple[int, str]]) -> None:
     old = cur.execute("SELECT supersedes FROM units WHERE id = ?", [new_id]).fetchone()[0]
-    if old is not None:  # an update in place may change or drop the link
-        cur.execute("UPDATE units SET superseded_by = NULL WHERE id = ? AND superseded_by = ?",
-                    [old, new_id])
     target = None
     if supersedes is not None:
         target = _resolve(cur, project, supersedes, kind="decision", known=known)
@@ -161,8 +162,41 @@ def _link_supersession(cur: Cursor, project: str, new_id: int,
             raise InputError(f"supersedes={supersedes!r} would make a cycle of decisions; "
                              "a decision cannot supersede itself or one of its successors")
     cur.execute("UPDATE units SET supersedes = ? WHERE id = ?", [target, new_id])
-    if target is not None:
-        cur.execute("UPDATE units SET superseded_by = ? WHERE id = ?", [new_id, target])
+    refresh_superseded_by(cur, {old, target} - {None})  # an update in place may change or drop the link
+
+
+# A successor replaces the decision it names once it is adopted: accepted, or superseded in its
+# turn (so it was in force). A proposal or a rejection keeps its link but replaces nothing.
+ADOPTED = ("accepted", "superseded")
+
+
+def refresh_superseded_by(cur: Cursor, ids: set[int] | list[int]) -> None:
+    """Set each decision's `superseded_by` from the links that remain: its newest adopted
+    successor, or none."""
+    if ids:
+        cur.execute("UPDATE units SET superseded_by = (SELECT max(s.id) FROM units s WHERE "
+                    "s.supersedes = units.id AND s.status IN (?, ?)) "
+                    "WHERE id IN (SELECT unnest(?::BIGINT[]))", [*ADOPTED, sorted(ids)])
+
+
+def unlink_forgotten(cur: Cursor, ids: list[int]) -> None:
+    """Before units are forgotten: a decision whose successor goes passes to that successor's own
+    successors (a chain loses a link, not its end), and no link names a forgotten unit."""
+    gone = set(ids)
+    replaced = dict(cur.execute("SELECT id, supersedes FROM units WHERE id IN (SELECT unnest(?::BIGINT[])) "
+                                "AND supersedes IS NOT NULL", [ids]).fetchall())
+    affected = set(replaced.values())
+    for uid, target in replaced.items():
+        while target in gone:  # several links of one chain forgotten together
+            target = replaced.get(target)
+        if target is not None:
+            cur.execute("UPDATE units SET supersedes = ? WHERE supersedes = ?", [target, uid])
+    affected |= {r[0] for r in cur.execute("SELECT id FROM units WHERE superseded_by IN "
+                                           "(SELECT unnest(?::BIGINT[]))", [ids]).fetchall()}
+    for column in ("superseded_by", "supersedes"):
+        cur.execute(f"UPDATE units SET {column} = NULL WHERE {column} IN (SELECT unnest(?::BIGINT[]))", [ids])
+    cur.execute("UPDATE units SET supersedes = NULL WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
+    refresh_superseded_by(cur, [i for i in affected - gone if i is not None])
 
 def _chain_down(cur: Cursor, start: int) -> set[int]:
     seen: set[int] = set()

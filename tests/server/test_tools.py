@@ -121,6 +121,66 @@ async def test_proposed_and_rejected_decisions_are_marked(client):
     assert "REJECTED" in slate["context"] and "proposed, not confirmed" in slate["context"]
 
 
+def _decision(ref: str, text: str, day: int, **extra: object) -> dict[str, object]:
+    return {"kind": "decision", "ref": ref, "title": "Job queue", "text": text,
+            "at": f"2026-0{day}-01T00:00:00Z", **extra}
+
+
+async def _in_force(client) -> dict[str, str]:
+    slate = await call(client, "recall_slate", with_items=True, query="job queue broker", budget_tokens=2700)
+    return {i["ref"]: i["status"] for i in slate["items"]}
+
+
+async def test_a_proposed_or_rejected_successor_replaces_nothing_until_it_is_accepted(client):
+    await call(client, "remember", items=[
+        _decision("q-1", "Use RabbitMQ as the job queue broker.", 1),
+        _decision("q-2", "Move the job queue broker to SQS.", 2, supersedes="q-1", status="proposed"),
+        _decision("q-3", "Move the job queue broker to Kafka.", 3, supersedes="q-1", status="rejected")])
+    assert await _in_force(client) == {"q-1": "accepted", "q-2": "proposed", "q-3": "rejected"}
+    await call(client, "remember", items=[  # the proposal is accepted: now it replaces q-1
+        _decision("q-2", "Move the job queue broker to SQS.", 2, supersedes="q-1", status="accepted")])
+    assert (await _in_force(client))["q-1"] == "superseded"
+    await call(client, "remember", items=[  # and withdrawn again: q-1 is back in force
+        _decision("q-2", "Move the job queue broker to SQS.", 2, supersedes="q-1", status="rejected")])
+    assert (await _in_force(client))["q-1"] == "accepted"
+
+
+async def test_forgetting_a_link_of_a_chain_keeps_the_older_decisions_replaced(client):
+    await call(client, "remember", items=[
+        _decision("q-1", "Use RabbitMQ as the job queue broker.", 1),
+        _decision("q-2", "Move the job queue broker to SQS.", 2, supersedes="q-1"),
+        _decision("q-3", "Move the job queue broker to Kafka.", 3, supersedes="q-2"),
+        _decision("q-4", "Move the job queue broker to NATS.", 4, supersedes="q-3")])
+    await call(client, "forget", refs=["q-2"])
+    assert await _in_force(client) == {"q-1": "superseded", "q-3": "superseded", "q-4": "accepted"}
+    q1 = (await call(client, "show_unit", ref="q-1"))["units"][0]
+    q3 = (await call(client, "show_unit", ref="q-3"))["units"][0]
+    assert q1["superseded_by"] == q3["id"] and q3["supersedes"] == q1["id"]  # the chain closed over the gap
+    await call(client, "forget", refs=["q-3", "q-4"])  # its newest links: the oldest is in force again
+    assert await _in_force(client) == {"q-1": "accepted"}
+
+
+async def test_with_two_successors_forgetting_one_leaves_the_other_in_place(client):
+    await call(client, "remember", items=[
+        _decision("auth-1", "Sessions in cookies for the job queue broker admin.", 1),
+        _decision("auth-2", "OAuth for the job queue broker admin.", 2, supersedes="auth-1"),
+        _decision("auth-3", "SSO for the job queue broker admin.", 3, supersedes="auth-1")])
+    await call(client, "forget", refs=["auth-3"])
+    auth1 = (await call(client, "show_unit", ref="auth-1"))["units"][0]
+    auth2 = (await call(client, "show_unit", ref="auth-2"))["units"][0]
+    assert auth1["superseded_by"] == auth2["id"] and auth1["status"] == "accepted"
+    assert (await _in_force(client))["auth-1"] == "superseded"
+
+
+async def test_a_decision_rewritten_without_a_date_keeps_the_date_it_was_decided(client):
+    await call(client, "remember", items=[_decision("fmt-1", "Format the job queue code with black.", 1)])
+    await call(client, "remember", items=[{"kind": "decision", "ref": "fmt-1", "title": "Job queue",
+                                           "text": "Format the job queue code with black.", "status": "rejected"}])
+    past = await call(client, "recall_slate", with_items=True, query="job queue format", as_of="2026-06-01T00:00:00Z")
+    assert [i["ref"] for i in past["items"]] == ["fmt-1"]
+    assert "(REJECTED, 2026-01-01)" in past["context"]
+
+
 async def test_long_notes_are_chunked_by_heading_and_keep_path(client):
     body = "\n\n".join(f"## Part {i}\n\n" + f"Paragraph about module {i}. " * 80 for i in range(4))
     out = await call(client, "remember", items=[{"kind": "note", "path": "docs/arch.md",
