@@ -181,7 +181,9 @@ def refresh_superseded_by(cur: Cursor, ids: set[int] | list[int]) -> None:
 
 def unlink_forgotten(cur: Cursor, ids: list[int]) -> None:
     """Before units are forgotten: a decision whose successor goes passes to that successor's own
-    successors (a chain loses a link, not its end), and no link names a forgotten unit."""
+    successors (a chain loses a link, not its end), and no link names a forgotten unit. One left
+    with no adopted successor stays replaced (stored as superseded, its successor not recorded):
+    forgetting a record does not undo the decision it recorded."""
     gone = set(ids)
     replaced = dict(cur.execute("SELECT id, supersedes FROM units WHERE id IN (SELECT unnest(?::BIGINT[])) "
                                 "AND supersedes IS NOT NULL", [ids]).fetchall())
@@ -191,12 +193,15 @@ def unlink_forgotten(cur: Cursor, ids: list[int]) -> None:
             target = replaced.get(target)
         if target is not None:
             cur.execute("UPDATE units SET supersedes = ? WHERE supersedes = ?", [target, uid])
-    affected |= {r[0] for r in cur.execute("SELECT id FROM units WHERE superseded_by IN "
-                                           "(SELECT unnest(?::BIGINT[]))", [ids]).fetchall()}
+    was_replaced = {r[0] for r in cur.execute("SELECT id FROM units WHERE superseded_by IN "
+                                              "(SELECT unnest(?::BIGINT[]))", [ids]).fetchall()} - gone
     for column in ("superseded_by", "supersedes"):
         cur.execute(f"UPDATE units SET {column} = NULL WHERE {column} IN (SELECT unnest(?::BIGINT[]))", [ids])
     cur.execute("UPDATE units SET supersedes = NULL WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
-    refresh_superseded_by(cur, [i for i in affected - gone if i is not None])
+    refresh_superseded_by(cur, [i for i in (affected | was_replaced) - gone if i is not None])
+    if was_replaced:
+        cur.execute("UPDATE units SET status = 'superseded' WHERE superseded_by IS NULL AND "
+                    "id IN (SELECT unnest(?::BIGINT[]))", [sorted(was_replaced)])
 
 def _chain_down(cur: Cursor, start: int) -> set[int]:
     seen: set[int] = set()
