@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from agentmemrec.indexing.dense.backfill import EmbeddingWorker
+from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
@@ -88,6 +88,7 @@ class Memory:
         self._lifecycle = threading.Lock()
         self._closed = False
         self._reading = threading.Lock()  # held by each store read of the warm-up; close waits for it
+        self.written: set[str] = set()  # the projects this memory stored something in
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
@@ -134,6 +135,19 @@ class Memory:
                     log.exception("warming the caches of %s at start failed", warm)
         threading.Thread(target=run, name="agentmemrec-warm", daemon=True).start()
 
+    def pending_written(self) -> dict[str, int]:
+        """Units of the projects this memory wrote to that lack a vector; none without a model or
+        with the background worker, which embeds them itself."""
+        if self.dense is None or self.worker is not None:
+            return {}
+        return {p: n for p in sorted(self.written) if (n := self.dense.vectors.count_pending(p))}
+
+    def embed_written(self, progress: Callable[[int], None] | None = None) -> int:
+        """Embed now what `pending_written` counts: what a command that wrote without a server
+        running does before it exits, so the dense channel finds what it stored."""
+        return sum(embed_pending(self.dense.vectors, self.dense.embedder, p, progress=progress)
+                   for p in self.pending_written())
+
     def compile_ranker(self) -> threading.Thread | None:
         """Predict with the ranker's boosters compiled to machine code, once they are (from the
         cache, else compiled in the background): what the process that owns the memory does at
@@ -176,7 +190,8 @@ class Memory:
             pending = self.dense.vectors.count_pending(project)
             if pending:
                 out.append(f"{pending} units not yet embedded: they are found by BM25 only until "
-                           "the background embedder reaches them")
+                           "the background embedder of a running server (`agentmemrec serve`, or the "
+                           "owner a client's hook starts) reaches them")
         return out
 
     # ---- stage 1 ----------------------------------------------------------------------------
@@ -196,6 +211,8 @@ class Memory:
             for _, found in redacted:
                 counts.update(found)
         results = self.store.write(project, validate_batch(raw_items))
+        if any(r.outcome != "unchanged" for r in results):
+            self.written.add(project)
         if self.worker is not None:
             self.worker.notify()  # embedding happens in the background; the write never waits
         if counts:

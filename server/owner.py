@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import socketserver
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -262,7 +263,18 @@ def shared_memory(settings: Settings, one_shot: bool = False) -> SharedMemory:
             memory.compile_ranker()
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,
-                        shared_store=settings.store is not None, choices=ModelChoices.of(settings))
+                        shared_store=settings.store is not None, choices=ModelChoices.of(settings),
+                        embed_at_close=one_shot)
+
+
+def _embed_written(memory: Memory) -> None:
+    """A command that wrote while it owned the store embeds what it wrote before it exits (no
+    server runs to do it in the background), with a progress bar on stderr."""
+    from tqdm import tqdm  # noqa: PLC0415
+    pending = memory.pending_written()
+    if pending:
+        with tqdm(total=sum(pending.values()), desc="embed", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
+            memory.embed_written(bar.update)
 
 
 class _Unanswered(Exception):
@@ -278,9 +290,10 @@ class SharedMemory:
     def __init__(self, home: Path, config: RecallConfig = RecallConfig(),
                  wait_s: float = OWNER_WAIT_S, opener: Callable[[], Memory] | None = None,
                  redact: bool = True, shared_store: bool = False,
-                 choices: ModelChoices = ModelChoices()) -> None:
+                 choices: ModelChoices = ModelChoices(), embed_at_close: bool = False) -> None:
         """`shared_store`: the opener opens a store that every process opens itself (PostgreSQL),
-        so this process never owns or forwards; the owner lock and socket are DuckDB's."""
+        so this process never owns or forwards; the owner lock and socket are DuckDB's.
+        `embed_at_close`: if this process owns the store when it closes, it embeds what it wrote."""
         self.home = Path(home).resolve()
         self.shared_store = shared_store
         self.config = config
@@ -288,6 +301,7 @@ class SharedMemory:
         self.opener = opener or partial(Memory.open, self.home, config)  # used when this process owns
         self.redact = redact  # every write says whether to redact: an owner may not
         self.choices = choices
+        self.embed_at_close = embed_at_close
         self.store = _StoreCalls(self)  # what the note watcher reads and renames through
         self._owner: _Owner | None = None
         self._lock = threading.Lock()
@@ -320,7 +334,11 @@ class SharedMemory:
             self._closed = True
             owner, self._owner = self._owner, None
         if owner is not None:
-            owner.close()
+            try:
+                if self.embed_at_close:
+                    _embed_written(owner.memory)
+            finally:
+                owner.close()
 
     # ---- the core's interface -----------------------------------------------------------------
 

@@ -179,3 +179,19 @@ def test_a_store_that_cannot_be_opened_is_said_once(home):
                           env={**os.environ, "AGENTMEMREC_HOME": str(home)})
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("cannot open the PostgreSQL store at 127.0.0.1:1/x") == 1, done.stderr
+
+
+def test_a_command_that_wrote_with_no_server_running_embeds_what_it_wrote(home, default_home, tmp_path, capsys):
+    """With no server to embed in the background, the import itself embeds, so a later recall
+    finds the new units through the dense channel too (and says nothing is pending)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "models").symlink_to(default_home / "models")
+    src = tmp_path / "items.jsonl"
+    src.write_text("\n".join(json.dumps({"kind": "turn", "text": f"Service {i} publishes to the {w} topic.",
+                                         "ref": f"s{i}"}) for i, w in enumerate(["billing", "audit", "search"])))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    assert "embed" in capsys.readouterr().err  # the progress bar, on stderr
+    assert main(["recall", "which topic does service 1 publish to", "--project", "infra", "--json"]) == 0
+    slate = json.loads(capsys.readouterr().out)
+    assert not any("not yet embedded" in n for n in slate["notes"]), slate["notes"]
+    assert any(i["ref"] == "s1" for i in slate["items"])
