@@ -412,6 +412,7 @@ class Memory:
             unit = units.get(uid)
             if c is not None:
                 stage = {"in_slate": "in_slate", "in_slate_as_successor": "in_slate",
+                         "duplicate_in_slate": "in_slate",  # its text is in the slate, under its twin's id
                          "left_out_superseded": "left_out_superseded"}.get(
                     c["outcome"], f"lost_to_{c['lost_to']}")
                 results.append({"id": uid, "stage": stage, "rank": c["rank"]})

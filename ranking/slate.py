@@ -31,7 +31,8 @@ MIN_EXCERPT = 150  # ... and at least this many tokens, when it is cut to what i
 HEADER_RESERVE = 8  # room kept for the section header a decision may open
 
 Outcome = Literal["in_slate", "in_slate_as_successor", "skipped_over_budget",
-                  "left_out_superseded"]
+                  "left_out_superseded", "duplicate_in_slate"]
+DUPLICATE_MIN_WORDS = 8  # shorter turns ("Yes, I did!") say little alone and are never merged
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,20 @@ def render(slate_id: str, project: str, units: Sequence[Unit], inputs: SlateInpu
     return "\n".join(out) + "\n"
 
 
+def duplicate_key(unit: Unit) -> tuple[str, str] | None:
+    """A turn's or a note's text, case and spacing aside, when long enough to say something alone:
+    a slate shows it once (the same deploy command pasted into thirty sessions would fill it)."""
+    if unit.kind == "decision":
+        return None
+    words = unit.text.lower().split()
+    return (unit.kind, " ".join(words)) if len(words) >= DUPLICATE_MIN_WORDS else None
+
+
 def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], budget: int,
                 inputs: SlateInputs, strength: float | None = None, query: str = "") -> Slate:
     """Greedy fill in rank order. A superseded decision enters only together with its successor
-    chain; if the chain does not fit, the superseded decision is left out."""
+    chain; if the chain does not fit, the superseded decision is left out. A unit whose text is
+    already in the slate (`duplicate_key`) is skipped."""
     used = count_tokens(preamble(slate_id, project) + "\n")
     fixed = used
     costs = _Costs(inputs)
@@ -186,8 +197,14 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     outcomes: dict[int, Outcome] = {}
     groups: list[list[int]] = []  # ids added together, to undo the last group if needed
     rank_of = {sc.unit.id: sc.rank for sc in ranked}  # a successor keeps its own rank, if ranked
+    shown: dict[tuple[str, str], int] = {}  # duplicate_key -> id of the unit in the slate
+    twins: dict[int, int] = {}  # a skipped duplicate's id -> its twin's
     for sc in ranked:
         if sc.unit.id in chosen_ids:
+            continue
+        key = duplicate_key(sc.unit)
+        if key in shown:
+            outcomes[sc.unit.id], twins[sc.unit.id] = "duplicate_in_slate", shown[key]
             continue
         # a long decision is cut to what is left of the budget, if less than its share but not little
         room = budget - used - HEADER_RESERVE
@@ -203,13 +220,15 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
                 chosen.append((member, rank_of.get(member.id)))
                 chosen_ids.add(member.id)
                 outcomes[member.id] = "in_slate" if i == 0 else "in_slate_as_successor"
+                if (member_key := duplicate_key(member)) is not None:
+                    shown.setdefault(member_key, member.id)
             groups.append([m.id for m in group])
         else:
             superseded = len(group) > 1
             alone = costs.group([unit], open_sections)[0] if superseded else cost
             outcomes[unit.id] = ("left_out_superseded" if superseded and alone <= budget - used
                                  else "skipped_over_budget")
-    return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength)
+    return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength, twins)
 
 
 MARK_RESERVE = 40  # tokens kept for the excerpt's last line
@@ -320,7 +339,7 @@ class _Costs:
 
 def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, int | None]],
             outcomes: dict[int, Outcome], groups: list[list[int]], inputs: SlateInputs,
-            fixed: int, costs: _Costs, strength: float | None) -> Slate:
+            fixed: int, costs: _Costs, strength: float | None, twins: Mapping[int, int]) -> Slate:
     # Token counts of pieces are an estimate of the whole (BPE can merge across a boundary):
     # the rendered text is counted once more and the last groups undone until it fits.
     while True:
@@ -332,5 +351,6 @@ def _finish(slate_id: str, project: str, budget: int, chosen: list[tuple[Unit, i
         dropped = set(groups.pop())
         chosen = [(u, r) for u, r in chosen if u.id not in dropped]
         outcomes.update({i: "skipped_over_budget" for i in dropped})
+        outcomes.update({i: "skipped_over_budget" for i, twin in twins.items() if twin in dropped})
     items = tuple(SlateItem(u, r, costs.item(u)[1], display_status(u, inputs)) for u, r in chosen)
     return Slate(slate_id, project, budget, context, used, items, outcomes, fixed, evidence_strength=strength)

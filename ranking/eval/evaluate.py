@@ -291,9 +291,13 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
         slate = build(selection, budget)
         run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
         # a turn stored in parts (indexing/units.py) is in the slate when each of its pooled parts is
-        ids = {it.unit.id for it in slate.items}
+        # a unit whose very text the slate shows under another id (a duplicate) is in it too
+        duplicates = {i for i, o in slate.outcomes.items() if o == "duplicate_in_slate"}
+        ids = {it.unit.id for it in slate.items} | duplicates
         partial = {c.unit.ref for c in selection.pool.candidates if c.unit.kind == "turn" and c.unit.id not in ids}
-        refs = {it.unit.ref for it in slate.items if it.unit.project == q.project} - partial
+        refs = ({it.unit.ref for it in slate.items if it.unit.project == q.project}
+                | {sc.unit.ref for sc in selection.ranked if sc.unit.id in duplicates and sc.unit.project == q.project}
+                ) - partial
         lost = None
         if q.evidence and q.evidence <= pool and not q.evidence <= refs:
             lost = _lost_to(selection, ids, q.evidence)

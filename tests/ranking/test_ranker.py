@@ -272,7 +272,8 @@ def write_askers(path, seed: int) -> None:
         place = rng.choice(["blue basket", "attic", "garage", "red sofa", "laundry room", "porch"])
         rows = [{"speaker": "Bo", "dia_id": f"D{s}:{t}",
                  "text": rng.choice([f"Where does {pet} sleep?", f"Where does {pet} sleep at night?",
-                                     f"Does {pet} sleep well? Where does {pet} sleep?"])} for t in range(1, 21)]
+                                     f"Does {pet} sleep well? Where does {pet} sleep?"]) + f" ({t})"}
+                for t in range(1, 21)]  # numbered: a slate shows a repeated text once
         rows.insert(rng.randint(0, 20), {"speaker": "Ana", "dia_id": f"D{s}:21", "text": f"{pet} naps in the {place}."})
         conv[f"session_{s}_date_time"] = f"10:00 am on {s} May, 2023"
         conv[f"session_{s}"] = rows

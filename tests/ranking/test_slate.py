@@ -18,6 +18,7 @@ from agentmemrec.ranking.slate import (
     SLATE_SHARE,
     SlateInputs,
     build_slate,
+    duplicate_key,
     excerpt,
     item_tokens,
     render,
@@ -61,9 +62,12 @@ def inputs_of(units: list[Unit]) -> SlateInputs:
 
 def brute_force(units: list[Unit], budget: int, inputs: SlateInputs) -> list[int]:
     """Walk the ranking; keep a unit (a long decision as its excerpt, cut to the room left when that
-    is less than its share but not little) if the whole rendered context still fits."""
+    is less than its share but not little) if the whole rendered context still fits and its text
+    is not there already."""
     chosen: list[Unit] = []
     for u in units:
+        if duplicate_key(u) is not None and duplicate_key(u) in {duplicate_key(c) for c in chosen}:
+            continue  # its very text is in the slate already
         room = budget - count_tokens(render("s_x", "p", chosen, inputs)) - HEADER_RESERVE
         u = excerpt(u, min(budget // SLATE_SHARE, room) if room >= MIN_EXCERPT else budget // SLATE_SHARE, inputs)
         if count_tokens(render("s_x", "p", chosen + [u], inputs)) <= budget:

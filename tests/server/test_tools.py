@@ -183,6 +183,19 @@ async def test_a_decision_rewritten_without_a_date_keeps_the_date_it_was_decided
     assert "(REJECTED, 2026-01-01)" in past["context"]
 
 
+async def test_a_text_repeated_across_sessions_enters_a_slate_once(client):
+    deploy = "To deploy to prod run make deploy ENV=prod from the repository root."
+    await call(client, "remember", items=[turn(deploy, ref=f"d{i}", session=f"s{i}") for i in range(30)] + [
+        turn("If a deploy to prod goes bad, roll back with make rollback ENV=prod.", ref="rb", session="s30")])
+    slate = await call(client, "recall_slate", with_items=True, budget_tokens=300,
+                       query="How do we deploy to prod and how do we roll back a bad deploy?")
+    assert slate["context"].count(deploy) == 1 and "make rollback" in slate["context"]
+    why = await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["d7"])
+    outcomes = [c["outcome"] for c in why["candidates"]]
+    assert outcomes.count("duplicate_in_slate") == 29
+    assert why["diagnosis"][0]["stage"] == "in_slate"  # its text is there, under its twin's id
+
+
 async def test_long_notes_are_chunked_by_heading_and_keep_path(client):
     body = "\n\n".join(f"## Part {i}\n\n" + f"Paragraph about module {i}. " * 80 for i in range(4))
     out = await call(client, "remember", items=[{"kind": "note", "path": "docs/arch.md",
