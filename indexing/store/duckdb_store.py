@@ -131,7 +131,10 @@ class DuckDBStore(SqlStore):
                 yield cur
                 cur.execute("COMMIT")
             except BaseException:
-                cur.execute("ROLLBACK")
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:  # a COMMIT that failed (a full disk) has ended it: keep its error
+                    pass
                 raise
             finally:
                 if project is not None:

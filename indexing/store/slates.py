@@ -68,7 +68,11 @@ class SlateLog:
             while self._instance is None:
                 candidate = f"{secrets.randbelow(10 ** 4):04d}"
                 if self.store.load_slate(_marker(candidate, "started")) is None:  # not a past one's
-                    self.store.save_slates([(_marker(candidate, "started"), STARTS, _now(), "{}")], KEEP_STARTS)
+                    try:
+                        self.store.save_slates([(_marker(candidate, "started"), STARTS, _now(), "{}")], KEEP_STARTS)
+                    except Exception as exc:  # a full disk: slates are still served, unexplained
+                        log.error("cannot record this process's slates in the store, so their explanations "
+                                  "may not be found: %s", exc)
                     self._instance = candidate
             return self._instance
 
@@ -147,6 +151,10 @@ class SlateLog:
         if self._thread is not None:
             self._thread.join(timeout=30)
         _running.discard(self)
-        self.flush()
-        if self._instance is not None:
-            self.store.save_slates([(_marker(self._instance, "closed"), STARTS, _now(), "{}")], KEEP_STARTS)
+        try:
+            self.flush()
+            if self._instance is not None:
+                self.store.save_slates([(_marker(self._instance, "closed"), STARTS, _now(), "{}")], KEEP_STARTS)
+        except Exception as exc:  # the slates were served; only their explanations are lost (a full disk)
+            log.error("the explanations of %d slates could not be saved, so explain_selection will not "
+                      "find them: %s", len(self._pending), exc)

@@ -284,3 +284,40 @@ def test_explanations_waiting_for_a_stuck_writer_are_bounded(tmp_path, monkeypat
     finally:
         store.down = False
         memory.close()
+
+
+class _FullDisk:
+    """A cursor whose COMMIT of a write fails as on a full disk: DuckDB ends the transaction, then
+    raises. Reads commit nothing to disk and go on working."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
+        self.cur, self.wrote = cur, False
+
+    def execute(self, sql: str, *args: object) -> object:
+        self.wrote |= sql.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+        if sql == "COMMIT" and self.wrote:
+            self.cur.execute("ROLLBACK")
+            raise duckdb.IOException('Could not write file "memory.duckdb.wal": No space left on device')
+        return self.cur.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.cur, name)
+
+
+def test_a_full_disk_is_named_and_a_recall_still_answers(home, monkeypatch, capsys, caplog):
+    src = home.parent / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "The ledger job runs at 02:00 UTC.", "ref": "t1"}))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    plain = DuckDBStore.cursor
+    monkeypatch.setattr(DuckDBStore, "cursor", lambda self: _FullDisk(plain(self)))
+    capsys.readouterr()
+    src.write_text(json.dumps({"kind": "turn", "text": "The ledger job moved to 03:00 UTC.", "ref": "t2"}))
+    assert main(["import", str(src), "--project", "infra"]) != 0
+    assert "No space left on device" in capsys.readouterr().err  # not "cannot rollback"
+    # a recall's slate is served; only its explanation, saved at close, is lost (and said so)
+    assert main(["recall", "when does the ledger job run", "--project", "infra"]) == 0
+    assert "The ledger job runs at 02:00 UTC." in capsys.readouterr().out
+    assert "explanations of 1 slates could not be saved" in caplog.text
+    monkeypatch.setattr(DuckDBStore, "cursor", plain)
+    assert main(["ls", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["units"] == 1  # the failed write left nothing
