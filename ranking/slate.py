@@ -96,9 +96,23 @@ def section(unit: Unit, inputs: SlateInputs) -> tuple:
     return (2, inputs.session_start.get(unit.session, unit.at), unit.session)
 
 
+def day(at: datetime) -> str:
+    """`2026-05-04`; a year before 1000 keeps its four digits (strftime's %Y does not)."""
+    return f"{at.year:04d}-{at:%m-%d}"
+
+
+def shown_title(title: str) -> str:
+    """A decision's title on its item line, ended by one period; in quotes if it holds a bracket,
+    so it cannot pose as another item's label."""
+    title = one_line(title).strip()
+    if "[" in title or "]" in title:
+        return '"' + title.replace('"', "'") + '".'
+    return title if title.endswith((".", "?", "!")) else title + "."
+
+
 def header(key: tuple) -> str:
     if len(key) == 3:
-        return f"## session {shown_session(key[2])} ({key[1]:%Y-%m-%d %H:%M})"
+        return f"## session {shown_session(key[2])} ({day(key[1])} {key[1]:%H:%M})"
     return {0: "## decisions", 1: "## notes", 3: "## conversation"}[key[0]]
 
 
@@ -151,8 +165,8 @@ def render_item(unit: Unit, inputs: SlateInputs) -> str:
             status = "REJECTED"
         elif status == "superseded":  # stored as superseded, with no successor on record
             status = "SUPERSEDED, successor not recorded"
-        title = f" {one_line(unit.title)}." if unit.title else ""
-        head = f"{label} decision ({status}, {unit.at:%Y-%m-%d}):{title}"
+        title = f" {shown_title(unit.title)}" if unit.title else ""
+        head = f"{label} decision ({status}, {day(unit.at)}):{title}"
     else:
         trail = f" > {one_line(unit.heading)}" if unit.heading else ""
         head = f"{label} note {one_line(unit.path or '')}{trail}:"

@@ -205,7 +205,9 @@ def create_server(settings: Settings) -> MCPServer:
         superseded one names its successor; proposed ones are not confirmed), turns are grouped by
         session. `evidence_strength` (0-1) says how likely it is that a confirmed answer is stored:
         when it is low, tell the user nothing confirmed is remembered instead of guessing from the
-        slate. `notes` says what limited the slate (units not yet embedded, an empty project)."""
+        slate; a REJECTED or proposed decision the slate shows on the question is still an answer
+        to report as what it is ("X was rejected", "X was only proposed"). `notes` says what
+        limited the slate (units not yet embedded, an empty project)."""
         name = _core(access_of(ctx).resolve, project)
         found = _core(memory_of(ctx).recall, name, query, budget_tokens, as_of)
         slate = slate_result(found, with_items)
