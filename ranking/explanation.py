@@ -15,7 +15,8 @@ from typing import Any, Sequence, get_args
 
 import numpy as np
 
-from agentmemrec.indexing.units import Unit
+from agentmemrec.indexing.store.protocol import Store
+from agentmemrec.indexing.units import Unit, parse_time
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.slate import HEADER_RESERVE, Outcome, Slate, SlateInputs, display_status, item_tokens
 
@@ -134,3 +135,38 @@ def _named(names: list[str] | None, values: Any) -> dict[str, float | None] | No
     if names is None or not isinstance(values, list):
         return values
     return dict(zip(names, values))
+
+
+def diagnose(store: Store, project: str, payload: dict[str, Any], ref: str, later: set[int]) -> dict[str, Any]:
+    """Where a fact was lost: never stored, not eligible, never in the pool, ranking, budget."""
+    ids = store.ids_for(project, ref)
+    if not ids:
+        return {"ref": ref, "stage": "never_stored",
+                "detail": "no unit with this ref or id exists in the project"}
+    by_id = {c["id"]: c for c in payload["candidates"]}
+    as_of = parse_time(payload.get("as_of"))
+    units = store.units(project, ids)
+    results = []
+    for uid in ids:
+        c = by_id.get(uid)
+        unit = units.get(uid)
+        if c is not None:
+            stage = {"in_slate": "in_slate", "in_slate_as_successor": "in_slate",
+                     "duplicate_in_slate": "in_slate",  # its text is in the slate, under its twin's id
+                     "left_out_superseded": "left_out_superseded"}.get(
+                c["outcome"], f"lost_to_{c['lost_to']}")
+            results.append({"id": uid, "stage": stage, "rank": c["rank"]})
+        elif uid in payload.get("successors", []):
+            results.append({"id": uid, "stage": "in_slate", "rank": None})
+        elif as_of is not None and unit is not None and unit.at > as_of:
+            results.append({"id": uid, "stage": "not_eligible", "detail": "recorded after as_of"})
+        elif uid in later:
+            results.append({"id": uid, "stage": "not_eligible",
+                            "detail": "stored or changed after this slate was built; recall again"})
+        else:
+            beyond = {n: r[str(uid)] for n, r in payload["beyond_pool"].items() if str(uid) in r}
+            results.append({"id": uid, "stage": "never_in_pool", "channel_ranks": beyond or None,
+                            "detail": "below the pool cut-off" if beyond else
+                            "not matched by any channel within twice the pool size"})
+    stage = results[0]["stage"] if len({r["stage"] for r in results}) == 1 else "mixed"
+    return {"ref": ref, "stage": stage, "units": results}

@@ -34,7 +34,7 @@ from agentmemrec.indexing.units import (
     validate_batch,
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
-from agentmemrec.ranking.explanation import pack_pool, unpack
+from agentmemrec.ranking.explanation import diagnose, pack_pool, unpack
 from agentmemrec.ranking.features import FEATURE_NAMES, warm_text_features
 from agentmemrec.ranking.loading import open_models
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
@@ -382,7 +382,7 @@ class Memory:
             since = payload.get("generation")
             now = self.store.generation(project)
             later = None if since is None else self.store.changed_between(project, since, now)
-            payload["diagnosis"] = [self._diagnose(project, payload, r, later or set()) for r in refs]
+            payload["diagnosis"] = [diagnose(self.store, project, payload, r, later or set()) for r in refs]
         self._add_top_features(candidates)
         return payload
 
@@ -396,40 +396,6 @@ class Memory:
                 for c in chosen]
         for c, top in zip(chosen, top_features(rows)):
             c["top_features"] = [{"feature": n, "contribution": v} for n, v in top]
-
-    def _diagnose(self, project: str, payload: dict[str, Any], ref: str, later: set[int]) -> dict[str, Any]:
-        """Where a fact was lost: never stored, not eligible, never in the pool, ranking, budget."""
-        ids = self.store.ids_for(project, ref)
-        if not ids:
-            return {"ref": ref, "stage": "never_stored",
-                    "detail": "no unit with this ref or id exists in the project"}
-        by_id = {c["id"]: c for c in payload["candidates"]}
-        as_of = parse_time(payload.get("as_of"))
-        units = self.store.units(project, ids)
-        results = []
-        for uid in ids:
-            c = by_id.get(uid)
-            unit = units.get(uid)
-            if c is not None:
-                stage = {"in_slate": "in_slate", "in_slate_as_successor": "in_slate",
-                         "duplicate_in_slate": "in_slate",  # its text is in the slate, under its twin's id
-                         "left_out_superseded": "left_out_superseded"}.get(
-                    c["outcome"], f"lost_to_{c['lost_to']}")
-                results.append({"id": uid, "stage": stage, "rank": c["rank"]})
-            elif uid in payload.get("successors", []):
-                results.append({"id": uid, "stage": "in_slate", "rank": None})
-            elif as_of is not None and unit is not None and unit.at > as_of:
-                results.append({"id": uid, "stage": "not_eligible", "detail": "recorded after as_of"})
-            elif uid in later:
-                results.append({"id": uid, "stage": "not_eligible",
-                                "detail": "stored or changed after this slate was built; recall again"})
-            else:
-                beyond = {n: r[str(uid)] for n, r in payload["beyond_pool"].items() if str(uid) in r}
-                results.append({"id": uid, "stage": "never_in_pool", "channel_ranks": beyond or None,
-                                "detail": "below the pool cut-off" if beyond else
-                                "not matched by any channel within twice the pool size"})
-        stage = results[0]["stage"] if len({r["stage"] for r in results}) == 1 else "mixed"
-        return {"ref": ref, "stage": stage, "units": results}
 
 
 def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:

@@ -17,7 +17,6 @@ import logging
 import os
 import socket
 import socketserver
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -244,11 +243,12 @@ class _StoreCalls:
         return self.shared.call("rename_ref", project, old_ref, new_ref, path)
 
 
-def shared_memory(settings: Settings, one_shot: bool = False) -> SharedMemory:
+def shared_memory(settings: Settings, one_shot: bool = False,
+                  at_close: Callable[[Memory], None] | None = None) -> SharedMemory:
     """The store as these settings use it: models on their device, their ranker, their redaction
     (a process that forwards to another owner asks it for the same, or is refused). A `one_shot`
     command (`ls`, `import`) that comes to own the store neither warms its indexes, embeds in the
-    background nor compiles the ranker: it exits before any of that would pay off."""
+    background nor compiles the ranker: it exits first. `at_close`: see `SharedMemory`."""
     config = RecallConfig(pool_size=settings.pool_size)
 
     def opener() -> Memory:
@@ -264,17 +264,7 @@ def shared_memory(settings: Settings, one_shot: bool = False) -> SharedMemory:
         return memory
     return SharedMemory(settings.home, config, opener=opener, redact=settings.redact,
                         shared_store=settings.store is not None, choices=ModelChoices.of(settings),
-                        embed_at_close=one_shot)
-
-
-def _embed_written(memory: Memory) -> None:
-    """A command that wrote while it owned the store embeds what it wrote before it exits (no
-    server runs to do it in the background), with a progress bar on stderr."""
-    from tqdm import tqdm  # noqa: PLC0415
-    pending = memory.pending_written()
-    if pending:
-        with tqdm(total=sum(pending.values()), desc="embed", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
-            memory.embed_written(bar.update)
+                        at_close=at_close)
 
 
 class _Unanswered(Exception):
@@ -290,10 +280,10 @@ class SharedMemory:
     def __init__(self, home: Path, config: RecallConfig = RecallConfig(),
                  wait_s: float = OWNER_WAIT_S, opener: Callable[[], Memory] | None = None,
                  redact: bool = True, shared_store: bool = False,
-                 choices: ModelChoices = ModelChoices(), embed_at_close: bool = False) -> None:
+                 choices: ModelChoices = ModelChoices(),
+                 at_close: Callable[[Memory], None] | None = None) -> None:
         """`shared_store`: the opener opens a store that every process opens itself (PostgreSQL),
-        so this process never owns or forwards; the owner lock and socket are DuckDB's.
-        `embed_at_close`: if this process owns the store when it closes, it embeds what it wrote."""
+        so this process never owns or forwards; the owner lock and socket are DuckDB's."""
         self.home = Path(home).resolve()
         self.shared_store = shared_store
         self.config = config
@@ -301,7 +291,7 @@ class SharedMemory:
         self.opener = opener or partial(Memory.open, self.home, config)  # used when this process owns
         self.redact = redact  # every write says whether to redact: an owner may not
         self.choices = choices
-        self.embed_at_close = embed_at_close
+        self.at_close = at_close  # run on the memory before the owner closes it
         self.store = _StoreCalls(self)  # what the note watcher reads and renames through
         self._owner: _Owner | None = None
         self._lock = threading.Lock()
@@ -335,8 +325,8 @@ class SharedMemory:
             owner, self._owner = self._owner, None
         if owner is not None:
             try:
-                if self.embed_at_close:
-                    _embed_written(owner.memory)
+                if self.at_close is not None:
+                    self.at_close(owner.memory)
             finally:
                 owner.close()
 

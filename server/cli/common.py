@@ -93,4 +93,15 @@ def open_memory(settings: Settings, one_shot: bool = True):  # noqa: ANN201 - Sh
     """The memory for a command; `one_shot=False` for one that runs on (`watch`), which embeds
     in the background what it writes, as a server does."""
     from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
-    return shared_memory(settings, one_shot).start(raise_errors=True)  # said once, by main, not logged too
+    at_close = embed_written if one_shot else None
+    return shared_memory(settings, one_shot, at_close).start(raise_errors=True)  # said once, by main
+
+
+def embed_written(memory: Any) -> None:
+    """A command that wrote while it owned the store (no server runs to embed in the background)
+    embeds what it wrote before it exits, with a progress bar on stderr."""
+    from tqdm import tqdm  # noqa: PLC0415
+    pending = memory.pending_written()
+    if pending:
+        with tqdm(total=sum(pending.values()), desc="embed", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
+            memory.embed_written(bar.update)
