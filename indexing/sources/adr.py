@@ -8,6 +8,7 @@ names an ADR status. Its ref is `adr:NNNN` from the number in its file name (`00
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -32,6 +33,8 @@ _FIELD_LINE = r"^[ \t]*(?:[-*+][ \t]+)?:?(?:\*\*|__)?{name}(?:\*\*|__)?[ \t]*:(?
 _STATUS_LINE = re.compile(_FIELD_LINE.format(name="status"), re.IGNORECASE | re.MULTILINE)
 _DATE_LINE = re.compile(_FIELD_LINE.format(name="date"), re.IGNORECASE | re.MULTILINE)
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.*)$")
+_MD_LINK = re.compile(r"\[[^\]\n]{0,300}\]\(<?([^)\s#>]{1,300}\.(?:md|markdown|rst|txt))(?:#[^)\s]*)?>?\)", re.I)
+_DATE_NAME = re.compile(r"^((?:19|20)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])(?:$|[-_. ])")
 _LINK_LINE = re.compile(r"(?i)^[\W_]*(supersedes|superseded[ \t]+by)\b(.*)$")
 _LINK_TARGETS = re.compile(
     r"(?i)\badr[-_ ]?0*(\d+)|\]\((?:[^)/]{0,200}/){0,8}(?:adr[-_]?)?0*(\d+)[-_.][^)]{0,200}\)"
@@ -41,7 +44,7 @@ _LINK_TARGETS = re.compile(
 
 @dataclass(frozen=True)
 class Adr:
-    """What an ADR file says about itself; links are ADR numbers as written."""
+    """What an ADR file says about itself; links are ADR numbers or linked files, as written."""
 
     number: int | None
     title: str
@@ -49,8 +52,8 @@ class Adr:
     status_word: str  # as written, e.g. "Deprecated"
     date: str | None  # ISO 8601
     body: str
-    supersedes: tuple[int, ...] = ()
-    superseded_by: tuple[int, ...] = ()
+    supersedes: tuple[int | str, ...] = ()  # an ADR number, or the path a Markdown link names
+    superseded_by: tuple[int | str, ...] = ()
 
 
 def in_adr_folder(path: str) -> bool:
@@ -62,7 +65,7 @@ def in_adr_folder(path: str) -> bool:
 
 def adr_number(path: str) -> int | None:
     stem = PurePosixPath(path).stem
-    if re.match(r"^\d{4}-\d{2}-\d{2}", stem):  # a date, not a number
+    if _DATE_NAME.match(stem):  # a date, not a number
         return None
     match = re.match(r"(?i)^(?:adr[-_ ]?)?(\d+)(?:$|[-_. ])", stem)
     return int(match.group(1)) if match else None
@@ -81,7 +84,7 @@ def parse_adr(path: str, text: str) -> Adr | None:
     supersedes, superseded_by = _links(rest.splitlines() + status_lines, front)
     return Adr(number=adr_number(path), title=_title(path, front, rest),
                status=STATUS_WORDS.get(word, "accepted"), status_word=word or "accepted",
-               date=_date(front, rest), body=_body(rest) or _title(path, front, rest),
+               date=_date(front, rest, path), body=_body(rest) or _title(path, front, rest),
                supersedes=supersedes, superseded_by=superseded_by)
 
 
@@ -102,14 +105,30 @@ def _first_word(value: str) -> str:
     return match.group(0).lower() if match else ""
 
 
+def _fields(text: str) -> list[str]:
+    """The lines that may hold the record's own fields (`Status:`, `Date:`): its header (before
+    the first heading under the title) and its Status section. A `status:` line elsewhere is
+    content (an invoice's states, a column's meaning)."""
+    header, titled = [], False
+    for line in text.splitlines():
+        if _heading(line) is not None:
+            if titled or not line.startswith("# "):
+                break
+            titled = True
+        else:
+            header.append(line)
+    return header + _status_section(text)
+
+
 def _status(front: Mapping[str, str], text: str) -> tuple[str, list[str]]:
     """(status word, lines of the Status section): front matter, a Status: line, a section."""
     section = _status_section(text)
     if front.get("status"):
         return _first_word(front["status"]), section
-    line = _STATUS_LINE.search(text)
-    if line and line.group(1).strip():
-        return _first_word(line.group(1)), [line.group(1).strip(), *section]
+    for line in _fields(text):
+        match = _STATUS_LINE.match(line)
+        if match and match.group(1).strip():
+            return _first_word(match.group(1)), [match.group(1).strip(), *section]
     words = [_first_word(s) for s in section if _first_word(s) in STATUS_WORDS]
     return (words[0] if words else ""), section
 
@@ -131,9 +150,9 @@ def _status_section(text: str) -> list[str]:
     return lines
 
 
-def _links(lines: list[str], front: Mapping[str, str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    supersedes: list[int] = [n for n in _targets(front.get("supersedes", ""))]
-    superseded_by: list[int] = [n for n in _targets(front.get("superseded-by", ""))]
+def _links(lines: list[str], front: Mapping[str, str]) -> tuple[tuple[int | str, ...], tuple[int | str, ...]]:
+    supersedes: list[int | str] = [n for n in _targets(front.get("supersedes", ""))]
+    superseded_by: list[int | str] = [n for n in _targets(front.get("superseded-by", ""))]
     for line in lines:
         match = _LINK_LINE.match(line.strip())
         if match:
@@ -142,9 +161,12 @@ def _links(lines: list[str], front: Mapping[str, str]) -> tuple[tuple[int, ...],
     return tuple(dict.fromkeys(supersedes)), tuple(dict.fromkeys(superseded_by))
 
 
-def _targets(text: str) -> list[int]:
-    """ADR numbers named in a link text: `ADR-0003`, `[3. Title](0003-title.md)`, `#3`, `0003`."""
-    return [int(next(g for g in m.groups() if g)) for m in _LINK_TARGETS.finditer(text)]
+def _targets(text: str) -> list[int | str]:
+    """What a link text names: a Markdown link's file (`[Use Redis](20200916-use-redis.md)`,
+    resolved against the linking record's folder), else ADR numbers (`ADR-0003`, `#3`, `0003`)."""
+    files: list[int | str] = [m.group(1) for m in _MD_LINK.finditer(text)]
+    rest = _MD_LINK.sub(" ", text)
+    return files + [int(next(g for g in m.groups() if g)) for m in _LINK_TARGETS.finditer(rest)]
 
 
 def _title(path: str, front: Mapping[str, str], text: str) -> str:
@@ -157,9 +179,13 @@ def _title(path: str, front: Mapping[str, str], text: str) -> str:
     return PurePosixPath(path).stem.replace("-", " ").replace("_", " ")[:200]
 
 
-def _date(front: Mapping[str, str], text: str) -> str | None:
-    match = _DATE_LINE.search(text)
-    value = front.get("date") or (match.group(1) if match else "")
+def _date(front: Mapping[str, str], text: str, path: str) -> str | None:
+    """Front matter's date, a `Date:` line of the record's fields, else a date that starts the
+    file name (`2023-01-10-use-rabbit.md`, log4brains' `20200916-use-redis.md`)."""
+    match = next((m for line in _fields(text) if (m := _DATE_LINE.match(line))), None)
+    named = _DATE_NAME.match(PurePosixPath(path).stem)
+    value = front.get("date") or (match.group(1) if match else "") or (
+        "-".join(named.groups()) if named else "")
     try:
         parsed = parse_time(value.strip()[:32] or None)
     except InputError:
@@ -171,17 +197,19 @@ def _body(text: str) -> str:
     """The record without what became fields: the title line, Status and Date lines and the
     Status section (the slate shows the status, and a stale one would contradict it). Other
     headings become `Heading:` lines, which read better inside a slate item."""
-    out, in_status, titled = [], False, False
+    out, in_status, titled, in_header = [], False, False, True
     for line in text.splitlines():
         heading = _heading(line)
         if heading is not None:
             in_status = heading.lower() == "status"
             is_title = not titled and line.startswith("# ")
             titled = titled or is_title
+            in_header = in_header and is_title
             if not (in_status or is_title):
                 out.extend(["", f"{heading}:"])
             continue
-        if not (in_status or _STATUS_LINE.match(line) or _DATE_LINE.match(line)):
+        field = in_header and (_STATUS_LINE.match(line) or _DATE_LINE.match(line))
+        if not (in_status or field):
             out.append(line)
     text = re.sub(r":\n\s*\n", ":\n", "\n".join(out))
     return re.sub(r"\n{3,}", "\n\n", text).strip()
@@ -209,10 +237,20 @@ def resolve_links(adrs: Mapping[str, Adr], refs: Mapping[str, str]) -> dict[str,
     decision: of several, the most recent (highest number) is linked."""
     by_number = {adr.number: path for path, adr in adrs.items()
                  if adr.number is not None and refs[path] == f"adr:{adr.number:04d}"}
+
+    def target(path: str, link: int | str) -> str | None:
+        if isinstance(link, int):
+            return by_number.get(link)
+        linked = posixpath.normpath(posixpath.join(posixpath.dirname(path), link))
+        if linked in adrs:
+            return linked
+        number = adr_number(link)  # a link to a file not watched: by the number in its name
+        return by_number.get(number) if number is not None else None
+
     pairs: set[tuple[str, str]] = set()
     for path, adr in adrs.items():
-        pairs |= {(path, by_number[n]) for n in adr.supersedes if n in by_number}
-        pairs |= {(by_number[n], path) for n in adr.superseded_by if n in by_number}
+        pairs |= {(path, old) for link in adr.supersedes if (old := target(path, link)) is not None}
+        pairs |= {(new, path) for link in adr.superseded_by if (new := target(path, link)) is not None}
     links: dict[str, str] = {}
     for new, old in sorted(pairs, key=lambda p: (p[0], -(adrs[p[1]].number or 0), p[1])):
         if new == old or new in links or _reaches(links, old, new):

@@ -52,8 +52,35 @@ def test_status_is_read_from_every_common_format(text, word, status):
 def test_a_nygard_record_becomes_a_decision_without_its_status_section():
     adr = parse_adr("doc/adr/0002-use-kafka.md", NYGARD)
     assert (adr.title, adr.date, adr.supersedes) == ("2. Use Kafka for payment events",
-                                                     "2026-03-02T00:00:00", (1,))
+                                                     "2026-03-02T00:00:00", ("0001-use-rabbitmq.md",))
     assert adr.body == "Context:\nThroughput.\n\nDecision:\nKafka."
+
+
+def test_a_status_or_date_line_in_the_records_content_is_content():
+    text = ("# 1. Invoice states\n\nDate: 2023-01-05\n\n## Status\n\nAccepted\n\n## Context\n\n"
+            "Each invoice row has a state column:\n\nstatus: draft until sent, then open, then paid\n"
+            "- date: the booking date in UTC\n\n## Decision\n\nWe model invoice state as an enum.\n")
+    adr = parse_adr("doc/adr/0001-invoice-states.md", text)
+    assert (adr.status, adr.date) == ("accepted", "2023-01-05T00:00:00")
+    assert "status: draft until sent, then open, then paid" in adr.body
+    assert "- date: the booking date in UTC" in adr.body and "Date: 2023" not in adr.body
+
+
+def test_records_named_by_date_link_by_the_file_a_link_names_and_take_its_date():
+    items = desired_items(docs(**{
+        "20200916-use-redis-cache": "# Use Redis as the cache\n\n- Status: accepted\n- Date: 2020-09-16\n",
+        "20200916-use-markdown-adrs": "# Use Markdown ADRs\n\n- Status: accepted\n- Date: 2020-09-16\n",
+        "20201026-use-memcached": "# Use Memcached\n\n- Status: accepted\n- Date: 2020-10-26\n"
+                                  "- Supersedes: [20200916-use-redis-cache](20200916-use-redis-cache.md)\n",
+        "2023-01-10-use-rabbit": "# Use RabbitMQ for jobs\n\nStatus: accepted\n",
+        "2023-03-01-use-sqs": "# Use SQS for jobs\n\nStatus: accepted\n\n"
+                              "Supersedes [Use RabbitMQ for jobs](2023-01-10-use-rabbit.md)\n",
+    }))
+    links = {ref.rsplit("/", 1)[-1]: item.get("supersedes", "").rsplit("/", 1)[-1] for ref, item in items.items()}
+    assert links["20201026-use-memcached.md"] == "20200916-use-redis-cache.md"
+    assert links["2023-03-01-use-sqs.md"] == "2023-01-10-use-rabbit.md"
+    assert links["20200916-use-markdown-adrs.md"] == ""  # a date is no ADR number to link by
+    assert items["adr:docs/adr/2023-01-10-use-rabbit.md"]["at"] == "2023-01-10T00:00:00"
 
 
 @pytest.mark.parametrize("path", ["docs/notes/ideas.md", "docs/adr/README.md", "adr/template.md"])
