@@ -14,6 +14,7 @@ through `remember` are keyed by their plain path and are never touched.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ NOTE_PREFIX, ADR_PREFIX = "file:", "adr:"
 OWNED_PREFIXES = (NOTE_PREFIX, ADR_PREFIX)
 DEBOUNCE_MS, STEP_MS = 1600, 50  # watchfiles: a burst is grouped until 50 ms pass without events
 WAKE_MS = 250  # how soon the first (empty) batch tells the loop the OS watch is live
+EMPTY_GRACE_S = 2.0  # a note read empty counts as emptied once it stays so this long (`settle`)
 
 
 @dataclass(frozen=True)
@@ -165,18 +167,21 @@ class NoteWatcher:
         self.docs: dict[str, Doc] = {}
         self._skipped: set[tuple[str, str]] = set()
         self._stale = True  # the store may differ from the documents: reconcile on the next pass
+        self._emptied: dict[str, tuple[float, str]] = {}  # note read empty -> (when, its path)
 
-    def handle(self, changes: Iterable[tuple[Change, str]] | None = None) -> SyncReport:
+    def handle(self, changes: Iterable[tuple[Change, str]] | None = None, settled: bool = False) -> SyncReport:
         """A full scan (changes None, or a .gitignore changed) or a batch of changes, then
-        the reconciliation. Errors are logged, never raised: the watcher outlives a bad pass."""
+        the reconciliation. Errors are logged, never raised: the watcher outlives a bad pass.
+        `settled`: a note read empty is empty, not half-way through a save (see `settle`)."""
         try:
             before = self.docs
             changes = None if changes is None else set(changes)
             if changes is None or any(Path(p).name == ".gitignore" for _, p in changes):
                 self.docs = self._read_all(self.tree.scope)
+                self._emptied.clear()
             else:
                 for _, path in sorted(changes, key=lambda c: c[1]):
-                    self._reread(path)
+                    self._reread(path, settled)
                 if self.docs == before and not self._stale:  # saved unchanged, or not a note
                     return SyncReport()
             self._stale = True
@@ -214,17 +219,32 @@ class NoteWatcher:
                 self._skip(rel, doc)
         return docs
 
-    def _reread(self, path: str) -> None:
+    def settle(self) -> SyncReport:
+        """Notes read empty EMPTY_GRACE_S ago and not written since are empty: reconcile them. A
+        save that truncates the file and then writes it (some editors, `open(p, 'w')`) leaves it
+        empty for a moment, and removing the note then would store it again with new ids."""
+        now = time.monotonic()
+        due = [path for rel, (when, path) in self._emptied.items() if now - when >= EMPTY_GRACE_S]
+        if not due:
+            return SyncReport()
+        return self.handle([(Change.modified, path) for path in due], settled=True)
+
+    def _reread(self, path: str, settled: bool = False) -> None:
         rel = self.tree.rel(path)
         if rel is None:
             return
+        kept = self.docs.get(rel)
+        self._emptied.pop(rel, None)
         self.docs = {p: d for p, d in self.docs.items() if p != rel and not p.startswith(rel + "/")}
         if Path(path).is_dir():  # a folder created or moved in: its files gave no events
             self.docs.update(self._read_all(rel + "/"))
         elif Path(path).is_file():
             reason = classify(rel, self.rules, ignores_above(self.tree, rel))
             doc = reason or read_doc(rel, Path(path), self.rules, self.sink.redact, self.tree.root)
-            if isinstance(doc, Doc):
+            if doc == "empty" and kept is not None and not settled:  # maybe half-way through a save
+                self.docs[rel] = kept
+                self._emptied[rel] = (time.monotonic(), path)
+            elif isinstance(doc, Doc):
                 self.docs[rel] = doc
             else:
                 self._skip(rel, doc)
@@ -300,7 +320,10 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
     started = False  # events name paths under the folder as given: give the resolved one
     async for changes in awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
                                 step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
-        if started and not changes:
+        if started and not changes:  # a quiet moment: notes left empty are empty now
+            report = await anyio.to_thread.run_sync(watcher.settle)
+            if on_sync is not None and report.changed:
+                on_sync(report)
             continue
         report = await anyio.to_thread.run_sync(watcher.handle, changes if started else None)
         if not started:

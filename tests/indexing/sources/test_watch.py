@@ -1,4 +1,5 @@
-"""Project notes follow the files: the real watcher on real files, bounded waits, no sleeps."""
+"""Project notes follow the files: the real watcher on real files, bounded waits (one sleep: a
+save paused half-way)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,26 @@ async def test_a_renamed_note_keeps_its_units(memory, repo):
     assert memory.store.ids_for(PROJECT, "file:docs/handbook.md") == ids
     assert memory.store.ids_for(PROJECT, "file:docs/guide.md") == []
     assert "note docs/handbook.md > Guide > Setup" in context(memory, "bootstrap toolchain")
+
+
+async def test_a_save_that_truncates_and_then_writes_keeps_the_notes_units(memory, repo):
+    """Some editors truncate a file, then write it: the note is not removed meanwhile."""
+    async with watching(memory, repo / "docs") as (_, reports):
+        before = units_of(memory, "file:docs/guide.md")
+        (repo / "docs" / "guide.md").write_text("")  # truncated; the write follows after a pause
+        await anyio.sleep(0.3 + 1.6)  # past the watcher's debounce: it reads the empty file
+        write(repo / "docs" / "guide.md", GUIDE.replace("make bootstrap", "just setup"))
+        change = await next_change(reports)
+    after = units_of(memory, "file:docs/guide.md")
+    assert (change.written, change.forgotten) == (1, 0)
+    assert [u.id for u in after] == [u.id for u in before] and after[0].at == before[0].at
+
+
+async def test_a_note_left_empty_is_removed_once_it_stays_empty(memory, repo):
+    async with watching(memory, repo / "docs") as (_, reports):
+        (repo / "docs" / "guide.md").write_text("")
+        change = await next_change(reports)
+    assert change.forgotten == 1 and memory.store.count_units(PROJECT) == 0
 
 
 async def test_a_deleted_note_is_forgotten(memory, repo):
