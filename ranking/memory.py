@@ -37,7 +37,7 @@ from agentmemrec.indexing.units import (
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from agentmemrec.ranking.explanation import pack_pool, unpack
 from agentmemrec.ranking.features import FEATURE_NAMES, warm_text_features
-from agentmemrec.ranking.loading import open_models
+from agentmemrec.ranking.loading import open_models, without_served
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, warm_item_tokens
 
@@ -265,25 +265,12 @@ class Memory:
                 ranked = ranker.rank(pool.candidates, context)                      # stage 3
                 break
             except Unreachable as exc:
-                channels, ranker = self._without(exc, channels, ranker, notes)
+                channels, ranker, note = without_served(exc, channels, ranker)
+                notes.append(note)
         dense = next((ch for ch in channels if isinstance(ch, DenseChannel)), None)
         return Selection(project, query, as_of, pool, ranked, excluded,
                          self._slate_inputs(project, ranked, excluded, sessions), ranker.strength(ranked),
                          dense.query_text(project, query) if dense else None, tuple(notes))
-
-    @staticmethod
-    def _without(exc: Unreachable, channels: list[Channel], ranker: Ranker, notes: list[str]
-                 ) -> tuple[list[Channel], Ranker]:
-        """The channels and ranker of a recall without the served model that did not answer, and
-        the note that says so; the error again if that model is not in them any more."""
-        if exc.role == "embedder" and any(isinstance(ch, DenseChannel) for ch in channels):
-            notes.append(f"{exc}: candidates come from BM25 only for this recall")
-            return [ch for ch in channels if not isinstance(ch, DenseChannel)], ranker
-        if exc.role == "cross-encoder" and getattr(ranker, "reranker", None) is not None \
-                and hasattr(ranker, "without_reranker"):
-            notes.append(f"{exc}: ranking without the cross-encoder's score for this recall")
-            return channels, ranker.without_reranker()
-        raise exc
 
     def _say_problems(self) -> None:
         """Each degradation is logged once, at the first recall (commands that never recall are quiet)."""
