@@ -26,6 +26,9 @@ from agentmemrec.indexing.dense.models import Manifest
 from agentmemrec.indexing.errors import StoreError
 
 TIMEOUT_S = 60.0  # a batch of 256 long texts on a busy CPU server
+# a server that has not accepted the connection by then is taken as down: a recall goes on
+# without its models rather than wait out a batch's timeout for a host that is gone
+CONNECT_TIMEOUT_S = 5.0
 CLIENT_BATCH = 32  # TEI's default max_client_batch_size
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ class InferenceClient:
     def __init__(self, url: str, role: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.role = role
-        self._http = httpx2.Client(timeout=TIMEOUT_S)
+        self._http = httpx2.Client(timeout=httpx2.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
         self._lock = threading.Lock()
 
     def get(self, path: str) -> Any:
