@@ -226,6 +226,10 @@ class LearnedRanker:
         self.model = model
         self.reranker = reranker
 
+    def without_reranker(self) -> "LearnedRanker":
+        """This ranker with no cross-encoder score (its feature missing): while it cannot be run."""
+        return LearnedRanker(self.model)
+
     def rank(self, candidates: Sequence[Candidate], ctx: RankingContext) -> list[ScoredCandidate]:
         if not candidates:
             return []

@@ -5,11 +5,14 @@ with, opened only if it uses one (here, or on the inference server)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from agentmemrec.indexing.dense.embedder import Embedder, OnnxEmbedder, ranker_identity
 from agentmemrec.indexing.dense.models import INSTALL_HINT, Manifest, active, models_dir
-from agentmemrec.indexing.dense.remote import RemoteEmbedder, RemoteReranker, Served, connect
+from agentmemrec.indexing.dense.index import DenseChannel
+from agentmemrec.indexing.dense.remote import RemoteEmbedder, RemoteReranker, Served, Unreachable, connect
 from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.ranking.candidates import Channel
 from agentmemrec.ranking.cross_encoder import OnnxReranker, Reranker
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranker
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker
@@ -110,3 +113,16 @@ def serving_models(home: Path, device: str, rerank_tokens: int | None = None
 def load_embedder(home: Path, device: str = "auto") -> OnnxEmbedder | None:
     manifest = active(home)["embedder"]
     return OnnxEmbedder(models_dir(home) / manifest.name, device, manifest) if manifest else None
+
+
+def without_served(exc: Unreachable, channels: Sequence[Channel], ranker: Ranker
+                   ) -> tuple[list[Channel], Ranker, str]:
+    """The channels and ranker of one recall without the served model that did not answer, and
+    the note that says so; the error again if that model is not in them any more."""
+    if exc.role == "embedder" and any(isinstance(ch, DenseChannel) for ch in channels):
+        return ([ch for ch in channels if not isinstance(ch, DenseChannel)], ranker,
+                f"{exc}: candidates come from BM25 only for this recall")
+    if exc.role == "cross-encoder" and getattr(ranker, "reranker", None) is not None \
+            and hasattr(ranker, "without_reranker"):
+        return list(channels), ranker.without_reranker(), f"{exc}: ranking without the cross-encoder's score for this recall"
+    raise exc

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
+from agentmemrec.indexing.dense.remote import Unreachable
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.lru import memo_bytes
@@ -36,7 +37,7 @@ from agentmemrec.indexing.units import (
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from agentmemrec.ranking.explanation import diagnose, pack_pool, unpack
 from agentmemrec.ranking.features import FEATURE_NAMES, warm_text_features
-from agentmemrec.ranking.loading import open_models
+from agentmemrec.ranking.loading import open_models, without_served
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, warm_item_tokens
 
@@ -61,6 +62,7 @@ class Selection:
     inputs: SlateInputs
     strength: float | None = None  # how strongly the ranking answers the query (see ranking/strength.py)
     dense_query: str | None = None  # what the embedder read for the query (DenseChannel.query_text)
+    notes: tuple[str, ...] = ()  # what this recall went without (an inference server that did not answer)
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ class Memory:
         pool_size = self.config.pool_size if pool_size is None else _check_pool(pool_size)
         selection = self.select(project, query, parse_time(as_of, "as_of"), pool_size)
         slate = self.build(selection, budget)
-        notes = self.notes(project)
+        notes = self.notes(project) + list(selection.notes)
         if not slate.items and self.store.count_units(project) == 0:
             notes.append(f"project {project!r} holds no units yet")
         elif not slate.items and selection.ranked:
@@ -252,16 +254,23 @@ class Memory:
         self._say_problems()
         excluded = self.store.ineligible_ids(project, as_of)
         size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
-        pool = generate_pool(self.channels, project, query, size, excluded,
-                             self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
-        units = [c.unit for c in pool.candidates]
-        sessions = self.sessions.around(project, (u.session for u in units), units)
-        context = RankingContext(project, query, as_of, 2 * size, sessions, self.channels)
-        ranked = self.ranker.rank(pool.candidates, context)                      # stage 3
-        dense = next((ch for ch in self.channels if isinstance(ch, DenseChannel)), None)
+        channels, ranker, notes = self.channels, self.ranker, []
+        while True:  # a served model that does not answer is left out of this recall, and said
+            try:
+                pool = generate_pool(channels, project, query, size, excluded,
+                                     self.store.units, depth=2 * size, rrf_k=self.config.rrf_k)  # stage 2
+                units = [c.unit for c in pool.candidates]
+                sessions = self.sessions.around(project, (u.session for u in units), units)
+                context = RankingContext(project, query, as_of, 2 * size, sessions, channels)
+                ranked = ranker.rank(pool.candidates, context)                      # stage 3
+                break
+            except Unreachable as exc:
+                channels, ranker, note = without_served(exc, channels, ranker)
+                notes.append(note)
+        dense = next((ch for ch in channels if isinstance(ch, DenseChannel)), None)
         return Selection(project, query, as_of, pool, ranked, excluded,
-                         self._slate_inputs(project, ranked, excluded, sessions), self.ranker.strength(ranked),
-                         dense.query_text(project, query) if dense else None)
+                         self._slate_inputs(project, ranked, excluded, sessions), ranker.strength(ranked),
+                         dense.query_text(project, query) if dense else None, tuple(notes))
 
     def _say_problems(self) -> None:
         """Each degradation is logged once, at the first recall (commands that never recall are quiet)."""

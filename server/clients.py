@@ -25,7 +25,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 from agentmemrec.indexing.errors import InputError
 
@@ -53,6 +53,8 @@ class Target:
     # where the repository's sessions are mapped to `project` when that is not the repository's
     # own name (captured sessions are named by their repository otherwise)
     project_map: Path | None = None
+    # `--user-dir`: every user file is under `user_dir`, whatever XDG_CONFIG_HOME or APPDATA say
+    user_dir_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,10 @@ def command_line() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "agentmemrec.server.cli"]
 
 
-def desktop_config(user_dir: Path, platform: str, env: dict[str, str] = dict(os.environ)) -> Path:
+def desktop_config(user_dir: Path, platform: str, env: Mapping[str, str] | None = None) -> Path:
+    """Claude Desktop's configuration file: under `user_dir`, or where `env` (default: this
+    process's environment, as it is now) relocates it."""
+    env = os.environ if env is None else env
     if platform == "darwin":
         base = user_dir / "Library" / "Application Support"
     elif platform.startswith("win"):
@@ -119,13 +124,13 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
     if target.client == "claude-code":
         settings = None if remove else hook_command(target)
         return [_edit(target.user_dir / ".claude.json",
-                      lambda doc: _set_server(_folder(doc, target.repo, entry is not None), entry)),
+                      lambda doc: _set_server(_folder(doc, target.repo, entry is not None), entry, drop_empty=True)),
                 _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings)),
                 *([] if remove else _excluded(target.repo)),
                 *([] if target.project_map is None else [_edit(target.project_map, lambda doc: _map_repo(
                     doc, target.repo, None if remove else target.project))])]
     path = target.repo / ".cursor" / "mcp.json" if target.client == "cursor" \
-        else desktop_config(target.user_dir, target.platform)
+        else desktop_config(target.user_dir, target.platform, {} if target.user_dir_given else None)
     return [_edit(path, lambda doc: _set_server(doc, entry))]
 
 
@@ -204,11 +209,13 @@ def _folder(doc: dict[str, Any], repo: Path, create: bool) -> dict[str, Any]:
     return projects.setdefault(str(repo), {}) if create else projects.get(str(repo), {})
 
 
-def _set_server(doc: dict[str, Any], entry: dict[str, Any] | None) -> None:
+def _set_server(doc: dict[str, Any], entry: dict[str, Any] | None, drop_empty: bool = False) -> None:
+    """Our server entry set, or taken out (`None`); with `drop_empty`, an `mcpServers` that held
+    only ours goes with it (a repository's part of `~/.claude.json`, which setup made)."""
     servers = doc.get("mcpServers")
     if entry is None:
-        if isinstance(servers, dict):
-            servers.pop(NAME, None)
+        if isinstance(servers, dict) and servers.pop(NAME, None) is not None and drop_empty and not servers:
+            doc.pop("mcpServers")
         return
     if not isinstance(servers, dict):
         servers = doc["mcpServers"] = {}

@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from agentmemrec.indexing.dense.embedder import Embedder
+from agentmemrec.indexing.dense.remote import Unreachable
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 from agentmemrec.indexing.store.protocol import VectorRows
 
@@ -100,6 +101,8 @@ class EmbeddingWorker:
                     log.debug("embedded %d units", n)
                     self._wake.set()  # more may be waiting
                     continue
+            except Unreachable:  # its client said so once, not at every wake-up; the next one retries
+                pass
             except Exception:  # keep serving lexically; the next wake-up retries
                 log.exception("background embedding failed")
             if not self._wake.is_set():

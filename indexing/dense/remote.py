@@ -14,6 +14,7 @@ for its role is refused, so vectors of two models are never mixed.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -25,7 +26,23 @@ from agentmemrec.indexing.dense.models import Manifest
 from agentmemrec.indexing.errors import StoreError
 
 TIMEOUT_S = 60.0  # a batch of 256 long texts on a busy CPU server
+# a server that has not accepted the connection by then is taken as down: a recall goes on
+# without its models rather than wait out a batch's timeout for a host that is gone
+CONNECT_TIMEOUT_S = 5.0
 CLIENT_BATCH = 32  # TEI's default max_client_batch_size
+
+log = logging.getLogger(__name__)
+_DOWN: set[str] = set()  # the servers that did not answer the last request a recall's model sent them
+_DOWN_LOCK = threading.Lock()
+
+
+class Unreachable(StoreError):
+    """The inference server did not answer (down, restarting, network): a recall goes on without
+    the model it serves, for that recall only, and uses it again once it answers."""
+
+    def __init__(self, message: str, role: str | None) -> None:
+        super().__init__(message)
+        self.role = role
 
 
 @dataclass(frozen=True)
@@ -43,11 +60,14 @@ class Served:
 
 
 class InferenceClient:
-    """JSON over HTTP to one server; failures are `StoreError`s that name it."""
+    """JSON over HTTP to one server; failures are `StoreError`s that name it, `Unreachable` when
+    it did not answer. The clients of a memory's models (`role` given) log once when their server
+    stops answering and once when it answers again, not at every request in between."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, role: str | None = None) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx2.Client(timeout=TIMEOUT_S)
+        self.role = role
+        self._http = httpx2.Client(timeout=httpx2.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
         self._lock = threading.Lock()
 
     def get(self, path: str) -> Any:
@@ -60,11 +80,23 @@ class InferenceClient:
         try:
             reply = self._http.request(method, self.url + path, json=body)
         except httpx2.HTTPError as exc:
-            raise StoreError(f"the inference server at {self.url} cannot be reached ({exc})") from exc
+            message = f"the inference server at {self.url} cannot be reached ({exc})"
+            if self.role is not None and self._went(down=True):
+                log.warning("%s: recalls go on without its models until it answers again", message)
+            raise Unreachable(message, self.role) from exc
+        if self.role is not None and self._went(down=False):
+            log.warning("the inference server at %s answers again: recalls use its models", self.url)
         if reply.status_code != 200:
             raise StoreError(f"the inference server at {self.url} answered {path} with "
                              f"{reply.status_code}: {reply.text[:300]}")
         return reply.json()
+
+    def _went(self, down: bool) -> bool:
+        """Whether this request changed whether the server answers."""
+        with _DOWN_LOCK:
+            changed = (self.url in _DOWN) != down
+            (_DOWN.add if down else _DOWN.discard)(self.url)
+        return changed
 
 
 def served_models(url: str) -> list[Served]:
@@ -120,7 +152,7 @@ class RemoteEmbedder:
     """The `Embedder` protocol over POST /embed."""
 
     def __init__(self, model: Served) -> None:
-        self.client, self.batch = InferenceClient(model.url), model.batch
+        self.client, self.batch = InferenceClient(model.url, "embedder"), model.batch
         self.identity, self.device, self.query_instruction = model.identity, model.device, model.query_instruction
         self.dim = model.dim or len(self._embed(["dimension probe"])[0])
 
@@ -142,7 +174,7 @@ class RemoteReranker:
     """The `Reranker` protocol over POST /rerank: raw logits, as the local cross-encoder gives."""
 
     def __init__(self, model: Served, limit: int) -> None:
-        self.client, self.batch = InferenceClient(model.url), model.batch
+        self.client, self.batch = InferenceClient(model.url, "cross-encoder"), model.batch
         self.identity, self.device, self.limit = model.identity, model.device, limit
         self.max_tokens = model.max_tokens  # the server's: a client cannot cut pairs without the tokenizer
 

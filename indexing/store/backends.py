@@ -27,3 +27,13 @@ def open_store(home: Path, url: str | None = None) -> Store:
         return DuckDBStore(Path(home) / "memory.duckdb")
     from agentmemrec.indexing.store.postgres_store import PostgresStore  # noqa: PLC0415 - needs the team extra
     return PostgresStore(check_store_url(url))
+
+
+def describe_store(home: Path, url: str | None = None) -> tuple[str, int | None]:
+    """Where the store for a home is, for people (a URL without its password), and its size in
+    bytes where it can be read cheaply (None: unknown)."""
+    if url is None:
+        database = Path(home) / "memory.duckdb"
+        return str(database), database.stat().st_size if database.exists() else 0
+    from agentmemrec.indexing.store.postgres_store import described, store_bytes  # noqa: PLC0415
+    return f"postgresql://{described(check_store_url(url))}", store_bytes(url)

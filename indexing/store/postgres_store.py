@@ -53,6 +53,20 @@ def described(url: str) -> str:
     return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
 
 
+def store_bytes(url: str) -> int | None:
+    """What the tables of the store at `url` take (its schema's, indexes and TOAST included), or
+    None if the database cannot be asked."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_WAIT_S)) as conn:
+            row = conn.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n "
+                               "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+                               "AND c.relkind IN ('r', 'p', 'm')").fetchone()
+    except psycopg.Error as exc:
+        log.debug("the size of the store at %s cannot be read: %s", described(url), exc)
+        return None
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 def fresh_schema(url: str, name: str | None = None) -> str:
     """A new, empty schema in the database at `url`, and a URL whose connections work in it (a
     throwaway store: evaluation's, the tests')."""

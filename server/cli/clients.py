@@ -43,7 +43,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     renamed = args.client == "claude-code" and project != ProjectMap().project_for(str(repo))
     mapping = default_home().expanduser().resolve() / "project-map.json" if renamed else None
     target = clients.Target(args.client, (args.user_dir or Path.home()).expanduser(), repo, project, env=env,
-                            watch=args.watch, project_map=mapping)
+                            watch=args.watch, project_map=mapping, user_dir_given=args.user_dir is not None)
     changes = clients.changes(target, remove=args.remove)
     for change in changes:
         if not change.changed:

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any, Callable
 
+from agentmemrec.indexing.store.backends import describe_store
 from agentmemrec.server.cli.common import open_memory, project_args, store_arg
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
@@ -102,13 +103,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
         notes = {p: memory.call("notes", p) for p in kinds}
     finally:
         memory.close()
-    database = settings.home / "memory.duckdb"
-    out = {"home": str(settings.home), "database_bytes": database.stat().st_size if database.exists() else 0,
+    where, size = describe_store(settings.home, settings.store)
+    out = {"home": str(settings.home), "store": where, "database_bytes": size,
            "projects": [{**r, "limits": notes[r["project"]]} for r in _rows(kinds)]}
     if args.json:
         emit(json.dumps(out, indent=2))
         return 0
-    emit(f"store {database} ({out['database_bytes'] / 2**20:.1f} MiB), {len(kinds)} projects")
+    emit(f"store {where}{f' ({size / 2**20:.1f} MiB)' if size is not None else ''}, {len(kinds)} projects")
     for r in out["projects"]:
         emit(f"{r['project']}: {r['units']} units ({r['turns']} turns, {r['decisions']} decisions, "
              f"{r['notes']} note chunks)")

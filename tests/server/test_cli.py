@@ -110,6 +110,21 @@ def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
     assert "project dcos holds nothing yet" in capsys.readouterr().out
 
 
+def test_stats_names_the_postgresql_store_it_read_without_its_password(home, tmp_path, pg_url, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080.", "ref": "port"}))
+    store = pg_url.replace("@", ":s3cret@", 1)  # trust authentication ignores it
+    assert main(["import", str(src), "--project", "infra", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["stats", "--store", store]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert re.fullmatch(r"store postgresql://127\.0\.0\.1:\d+/postgres \(\d+\.\d MiB\), 1 projects", header), header
+    assert main(["stats", "--store", store, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["database_bytes"] > 0 and stats["projects"][0]["units"] == 1
+    assert "s3cret" not in json.dumps(stats) and "duckdb" not in stats["store"]
+
+
 def test_a_token_for_a_project_that_holds_nothing_is_made_with_a_warning(home, tmp_path, capsys, caplog):
     src = tmp_path / "items.jsonl"
     src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080.", "ref": "port"}))

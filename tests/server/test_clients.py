@@ -5,8 +5,10 @@ hooks and state: merged, idempotent, backed up, shown as a diff on --dry-run, ta
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,13 +121,34 @@ def test_remove_takes_out_only_what_setup_added(folders, capsys):
     assert setup(user, repo, "claude-code") == 0
     assert setup(user, repo, "claude-code", "--remove") == 0
     claude = read(user / ".claude.json")
-    assert claude["projects"][str(repo)] == {"mcpServers": {}}
+    assert claude["projects"][str(repo)] == {}  # the mcpServers setup made went with our entry
     assert {k: v for k, v in claude.items() if k != "projects"} == {k: v for k, v in CLAUDE_JSON.items()
                                                                     if k != "projects"}
     assert read(repo / ".claude" / "settings.local.json") == SETTINGS
     capsys.readouterr()
     assert setup(user, repo, "claude-code", "--remove") == 0
     assert capsys.readouterr().out.count("nothing of agentmemrec in it") == 2
+
+
+def test_remove_keeps_the_repositorys_other_servers(folders, capsys):
+    user, repo = folders
+    claude = read(user / ".claude.json")
+    claude["projects"][str(repo)] = {"mcpServers": {"db": {"command": "db-mcp"}}, "history": ["y"]}
+    (user / ".claude.json").write_text(json.dumps(claude))
+    assert setup(user, repo, "claude-code") == 0
+    assert setup(user, repo, "claude-code", "--remove") == 0
+    assert read(user / ".claude.json")["projects"][str(repo)] == claude["projects"][str(repo)]
+
+
+def test_claude_desktop_setup_writes_under_user_dir_whatever_xdg_config_home_says(folders, tmp_path):
+    user, repo = folders
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "real-config")}  # read when the command starts
+    for extra in ([], ["--remove"]):
+        subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "setup", "claude-desktop", "--dir", str(repo),
+                        "--user-dir", str(user), *extra], env=env, check=True, capture_output=True)
+        servers = read(user / ".config" / "Claude" / "claude_desktop_config.json")["mcpServers"]
+        assert ("agentmemrec" in servers) == (not extra)
+        assert not (tmp_path / "real-config").exists()
 
 
 def test_cursor_and_claude_desktop_get_the_server_entry(folders, monkeypatch):

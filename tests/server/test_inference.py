@@ -5,6 +5,7 @@ through it; a served model with another identity than the home's is refused, nev
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from importlib import resources
 from contextlib import AbstractAsyncContextManager
@@ -42,8 +43,8 @@ def serving_home(tmp_path, minilm_home, reranker_home) -> Path:
                        (reranker_home[0], "xlmr", "reranker"))
 
 
-def models_server(home: Path, *extra: str) -> AbstractAsyncContextManager[Server]:
-    port = free_port()
+def models_server(home: Path, *extra: str, port: int | None = None) -> AbstractAsyncContextManager[Server]:
+    port = port or free_port()
     return serving(home, ["models", "serve", "--port", str(port), "--device", "cpu", *extra],
                    f"http://127.0.0.1:{port}")
 
@@ -86,6 +87,38 @@ async def test_a_memory_with_an_inference_url_embeds_and_cross_encodes_there(ser
             assert any(c["features"]["cross_encoder_z"] is not None for c in why["candidates"])
         finally:
             memory.close()
+
+
+async def test_a_recall_goes_on_without_an_inference_server_that_stopped_and_uses_it_again_once_it_is_back(
+        serving_home, tmp_path, caplog):
+    port = free_port()
+    async with models_server(serving_home, port=port) as server:
+        memory = await anyio.to_thread.run_sync(lambda: Memory.open(tmp_path / "replica", background=False,
+                                                                    inference=server.url))
+        memory.remember("p", [{"kind": "turn", "text": t} for t in SENTENCES])
+        assert await anyio.to_thread.run_sync(embed_pending, memory.dense.vectors, memory.dense.embedder) == 4
+    try:  # the server stopped while the memory runs
+        with caplog.at_level(logging.WARNING):
+            slates = [await anyio.to_thread.run_sync(memory.recall, "p", "which message broker carries payments")
+                      for _ in range(3)]
+        for slate in slates:
+            assert slate.items
+            assert any("cannot be reached" in n and "BM25 only for this recall" in n for n in slate.notes)
+            assert any("without the cross-encoder's score for this recall" in n for n in slate.notes)
+        why = memory.explain(slates[-1].slate_id, {"p"})
+        assert why["channels"] == ["bm25"] and any("BM25 only" in n for n in why["notes"])
+        assert all(c["features"]["cross_encoder_z"] is None for c in why["candidates"])
+        said = [r.getMessage() for r in caplog.records if "cannot be reached" in r.getMessage()]
+        assert len(said) == 1 and "until it answers again" in said[0]  # once, not at every recall
+        async with models_server(serving_home, port=port):
+            slate = await anyio.to_thread.run_sync(memory.recall, "p", "which message broker carries payments")
+        assert not any("for this recall" in n for n in slate.notes)
+        why = memory.explain(slate.slate_id, {"p"})
+        assert why["channels"] == ["bm25", "dense"]
+        assert any(c["features"]["cross_encoder_z"] is not None for c in why["candidates"])
+        assert any("answers again" in r.getMessage() for r in caplog.records)
+    finally:
+        memory.close()
 
 
 async def test_the_served_cross_encoder_runs_only_for_a_ranker_that_uses_it_cut_where_it_was_trained(
