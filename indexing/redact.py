@@ -27,6 +27,9 @@ def marker(name: str) -> str:
     return f"[REDACTED:{name}]"
 
 
+MARKER = re.compile(r"\[REDACTED:([a-z0-9-]+)\]")  # a marker in text; its group is the pattern's name
+
+
 @dataclass(frozen=True)
 class Pattern:
     """A named secret shape. `group` is the part replaced (0: the whole match); `accept` may

@@ -22,6 +22,7 @@ from anyio.abc import TaskStatus
 from watchfiles import Change, awatch
 
 from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.redact import MARKER
 from agentmemrec.indexing.sources.sink import Ingested, Sink, batches
 from agentmemrec.indexing.sources.transcripts import ProjectMap, TranscriptOptions, convert_line
 from agentmemrec.indexing.units import MAX_BATCH
@@ -109,6 +110,8 @@ def _store(sink: Sink, project: str, items: list[dict[str, Any]]) -> ImportRepor
     stored = unchanged = refused = 0
     redactions: Counter[str] = Counter()
     for batch in batches(items, MAX_BATCH):
+        for item in batch:  # a tool call is redacted before it is flattened: its markers count too
+            redactions.update(MARKER.findall(item.get("text", "")))
         for done in _ingest(sink, project, list(batch)):
             if done is None:
                 refused += 1

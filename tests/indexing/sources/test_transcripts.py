@@ -19,6 +19,7 @@ from agentmemrec.server.cli import build_parser, main, serve_settings
 from helpers import call
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+GH_TOKEN = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5q"  # in a tool call: redacted before it is clipped
 
 
 def line(kind: str, content: Any, n: int, cwd: Path, session: str = "sess-1", **extra: Any) -> str:
@@ -35,7 +36,7 @@ def session_lines(cwd: Path) -> list[str]:
         line("assistant", [{"type": "thinking", "thinking": "private chain of thought"},
                            {"type": "text", "text": "Let me run the settlement tests."},
                            {"type": "tool_use", "id": "t1", "name": "Bash",
-                            "input": {"command": "pytest tests/test_settlement.py -q",
+                            "input": {"command": f"GH_TOKEN={GH_TOKEN} pytest tests/test_settlement.py -q",
                                       "description": "run tests"}}], 2, cwd),
         line("user", [{"type": "tool_result", "tool_use_id": "t1", "is_error": False,
                        "content": "LONG PASSING OUTPUT " * 100}], 3, cwd),
@@ -90,10 +91,10 @@ def test_import_stores_turns_and_reports_what_it_skipped(home, claude, capsys):
     assert "2 files, 16 lines read, 6 turns stored or updated, 0 unchanged; turns by project: payments 6" in out
     assert ("skipped 10 lines: compaction 3, malformed 1, not-a-message 2, other-project 1, "
             "sidechain 1, thinking 1, tool-output 1") in out
-    assert "redacted 1 secrets: aws-access-key 1" in out
+    assert "redacted 2 secrets: aws-access-key 1, github-token 1" in out
     slate = recall("payments", "settlement job timeout ledger lock staging key pytest edit settle traceback", capsys)
     context = slate["context"]
-    assert "[tool Bash: pytest tests/test_settlement.py -q]" in context
+    assert "[tool Bash: GH_TOKEN=[REDACTED:github-token] pytest tests/test_settlement.py -q]" in context
     assert "[tool Edit: /src/payments/settle.py]" in context and "x" * 50 not in context
     assert "[tool result (error): Traceback: SettlementTimeout after 30s frame" in context
     assert "LONG PASSING OUTPUT" not in context and "chain of thought" not in context
