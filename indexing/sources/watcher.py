@@ -264,10 +264,10 @@ class NoteWatcher:
             try:
                 renamed += bool(self.sink.store.rename_ref(self.project, rename.old_ref,
                                                            rename.new_ref, rename.path))
-            except InputError as exc:  # the new ref was taken meanwhile: the write stores it anew
-                failed.append(f"{rename.path}: {exc}")
+            except InputError as exc:  # taken meanwhile (a second watcher on the folder renamed it):
+                log.debug("note watcher %s: %s: %s", self.tree.folder, rename.path, exc)  # the write settles it
         written, redactions = self._write(list(plan.writes), failed)
-        forgotten = self._forget(list(plan.forgets), failed)
+        forgotten = self._forget(list(plan.forgets))
         for problem in failed:
             log.warning("note watcher %s: not stored: %s", self.tree.folder, problem)
         paths = ([r.path for r in plan.renames] + [w["path"] for w in plan.writes]
@@ -300,13 +300,13 @@ class NoteWatcher:
         doc = self.docs.get(item["path"])
         return doc.redactions if doc else {}
 
-    def _forget(self, rows: list[SourceRow], failed: list[str]) -> int:
+    def _forget(self, rows: list[SourceRow]) -> int:
         forgotten = 0
-        for row in rows:  # one by one: a ref a client forgot meanwhile is no error
+        for row in rows:  # one by one: a ref forgotten meanwhile (a client, a second watcher) is no error
             try:
                 forgotten += bool(self.sink.forget(self.project, [row.ref]))
             except InputError as exc:
-                failed.append(f"{row.path}: {exc}")
+                log.debug("note watcher %s: %s: %s", self.tree.folder, row.path, exc)
         return forgotten
 
 

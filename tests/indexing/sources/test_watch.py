@@ -127,6 +127,25 @@ async def test_a_note_left_empty_is_removed_once_it_stays_empty(memory, repo):
     assert change.forgotten == 1 and memory.store.count_units(PROJECT) == 0
 
 
+async def test_two_watchers_on_one_folder_report_no_failure_for_what_the_other_did(memory, repo, caplog):
+    """What setup gives two Claude Code sessions open in one repository: a server each."""
+    send, reports = anyio.create_memory_object_stream[SyncReport](100)
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):  # both report to one stream: whichever acts first reports the change
+            with anyio.fail_after(20):
+                await tg.start(partial(watch_notes, memory, PROJECT, repo / "docs", on_sync=send.send_nowait))
+        write(repo / "docs" / "old.md", "# Old\n\nAn old note about the billing cron.\n")
+        await next_change(reports)
+        os.rename(repo / "docs" / "guide.md", repo / "docs" / "handbook.md")
+        (repo / "docs" / "old.md").unlink()
+        await next_change(reports)
+        await anyio.sleep(2 * 1.6)  # the other's pass over the same events (its debounce)
+        tg.cancel_scope.cancel()
+    assert "not stored" not in caplog.text and "WARNING" not in caplog.text
+    assert memory.store.ids_for(PROJECT, "file:docs/old.md") == []
+    assert len(memory.store.ids_for(PROJECT, "file:docs/handbook.md")) == 2
+
+
 async def test_a_deleted_note_is_forgotten(memory, repo):
     async with watching(memory, repo / "docs") as (_, reports):
         (repo / "docs" / "guide.md").unlink()
