@@ -37,7 +37,7 @@ from agentmemrec.indexing.sources.notes import (
     read_doc,
     walk,
 )
-from agentmemrec.indexing.sources.sink import Sink, batches
+from agentmemrec.indexing.sources.sink import Ingested, Sink, batches
 from agentmemrec.indexing.store.protocol import SourceRow
 from agentmemrec.indexing.units import MAX_BATCH, content_hash, validate_item
 
@@ -259,39 +259,42 @@ class NoteWatcher:
         return reconcile(self.docs, {row.ref: row for row in stored})
 
     def _apply(self, plan: Plan) -> SyncReport:
-        failed, renamed = list(plan.invalid), 0
+        failed, moved = list(plan.invalid), set()
         for rename in plan.renames:
             try:
-                renamed += bool(self.sink.store.rename_ref(self.project, rename.old_ref,
-                                                           rename.new_ref, rename.path))
+                if self.sink.store.rename_ref(self.project, rename.old_ref, rename.new_ref, rename.path):
+                    moved.add(rename.new_ref)
             except InputError as exc:  # taken meanwhile (a second watcher on the folder renamed it):
                 log.debug("note watcher %s: %s: %s", self.tree.folder, rename.path, exc)  # the write settles it
-        written, redactions = self._write(list(plan.writes), failed)
+        written, redactions = self._write(list(plan.writes), failed, moved)
         forgotten = self._forget(list(plan.forgets))
         for problem in failed:
             log.warning("note watcher %s: not stored: %s", self.tree.folder, problem)
         paths = ([r.path for r in plan.renames] + [w["path"] for w in plan.writes]
                  + [row.path for row in plan.forgets])
-        report = SyncReport(written, renamed, forgotten, tuple(failed), dict(redactions),
+        report = SyncReport(written, len(moved), forgotten, tuple(failed), dict(redactions),
                             tuple(dict.fromkeys(paths)))
         if report.changed:
             log.info("notes in %s: %d written, %d renamed, %d removed", self.tree.folder,
                      report.written, report.renamed, report.forgotten)
         return report
 
-    def _write(self, items: list[dict[str, Any]], failed: list[str]) -> tuple[int, Counter[str]]:
-        """In batches; a refused batch is retried item by item so one bad file blocks nothing."""
+    def _write(self, items: list[dict[str, Any]], failed: list[str],
+               moved: set[str]) -> tuple[int, Counter[str]]:
+        """In batches; a refused batch is retried item by item so one bad file blocks nothing.
+        An item renamed in place (`moved`) is written only to record its new path in its content
+        hash: its text is unchanged, so it counts as renamed, not written."""
         redactions: Counter[str] = Counter()
         for item in items:
             redactions.update(self._doc_redactions(item))
         written = 0
         for batch in batches(items, MAX_BATCH):
             try:
-                written += self.sink.ingest(self.project, list(batch)).changed
+                written += _changed(self.sink.ingest(self.project, list(batch)), moved)
             except InputError:
                 for item in batch:
                     try:
-                        written += self.sink.ingest(self.project, [item]).changed
+                        written += _changed(self.sink.ingest(self.project, [item]), moved)
                     except InputError as exc:
                         failed.append(f"{item['path']}: {exc}")
         return written, redactions
@@ -308,6 +311,10 @@ class NoteWatcher:
             except InputError as exc:
                 log.debug("note watcher %s: %s: %s", self.tree.folder, row.path, exc)
         return forgotten
+
+
+def _changed(done: Ingested, moved: set[str]) -> int:
+    return sum(r.outcome != "unchanged" and r.ref not in moved for r in done.results)
 
 
 async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteRules = NoteRules(),
