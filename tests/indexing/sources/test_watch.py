@@ -17,8 +17,9 @@ import anyio
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import Client
+from watchfiles import Change
 
-from agentmemrec.indexing.sources.watcher import SyncReport, watch_notes
+from agentmemrec.indexing.sources.watcher import NoteWatcher, SyncReport, watch_notes
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
@@ -293,6 +294,27 @@ async def test_a_link_leading_out_of_the_repository_is_never_read(memory, repo, 
     stored = [u.text for i in memory.store.ids_for(PROJECT, "file:docs/late.md")
               for u in memory.store.units(PROJECT, [i]).values()]
     assert stored == [] and "outside the repository" not in context(memory, "zebra credentials kept")
+
+
+async def test_a_second_watcher_that_loses_the_race_for_a_change_warns_nothing(memory, repo, caplog):
+    """Two sessions in one repository each run a watcher on it: both plan the same rename and
+    delete, one applies them first. The other's rename and forget find them done: no warning."""
+    write(repo / "docs" / "old.md", "# Old\n\nA note about the legacy billing cron.")
+    first, second = (NoteWatcher(memory, PROJECT, repo / "docs") for _ in range(2))
+    first.handle(), second.handle()
+    os.rename(repo / "docs" / "guide.md", repo / "docs" / "handbook.md")
+    (repo / "docs" / "old.md").unlink()
+    changes = [(Change.deleted, str(repo / "docs" / "guide.md")),
+               (Change.added, str(repo / "docs" / "handbook.md")), (Change.deleted, str(repo / "docs" / "old.md"))]
+    for path in (p for _, p in changes):
+        second._reread(path)
+    late = second._plan()  # planned before the first watcher applied the same change
+    assert first.handle(changes).changed
+    with caplog.at_level(logging.DEBUG, logger="agentmemrec"):
+        lost = second._apply(late)
+    assert not lost.failed and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert memory.store.ids_for(PROJECT, "file:docs/handbook.md") and not memory.store.ids_for(
+        PROJECT, "file:docs/old.md")
 
 
 def test_the_watch_command_says_each_summary_once(home, repo):
