@@ -182,6 +182,14 @@ def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
     return "gitignored" if ignores.ignored(rel, False) else None
 
 
+def skip_reason(reason: Skip, rules: NoteRules) -> str | None:
+    """Why a file that looks like a note is not stored, said once as a warning; None for the
+    skips that are by design (ignored, hidden, not a note), which are logged at debug level."""
+    return {"too-large": f"over the {rules.max_bytes / 1024:g} KiB a note may hold",
+            "binary": "not UTF-8 text (or it holds a NUL byte)",
+            "unreadable": "it cannot be read"}.get(reason)
+
+
 def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, root: Path) -> Doc | Skip:
     """The note at `file`, or why it is skipped (binary, too large, empty, unreadable, or a link
     leading out of the repository at `root`: a cloned repository must not pull any file its user

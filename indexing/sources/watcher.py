@@ -35,6 +35,7 @@ from agentmemrec.indexing.sources.notes import (
     classify,
     ignores_above,
     read_doc,
+    skip_reason,
     walk,
 )
 from agentmemrec.indexing.sources.sink import Ingested, Sink, batches
@@ -252,7 +253,11 @@ class NoteWatcher:
     def _skip(self, rel: str, reason: Skip) -> None:
         if (rel, reason) not in self._skipped:  # each skip is logged once
             self._skipped.add((rel, reason))
-            log.debug("not a note: %s (%s)", rel, reason)
+            why = skip_reason(reason, self.rules)
+            if why:  # a file meant as a note: say why it is not stored
+                log.warning("note watcher %s: %s not stored: %s", self.tree.folder, rel, why)
+            else:
+                log.debug("not a note: %s (%s)", rel, reason)
 
     def _plan(self) -> Plan:
         stored = self.sink.store.sources(self.project, OWNED_PREFIXES, self.tree.scope)

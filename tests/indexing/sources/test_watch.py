@@ -317,6 +317,19 @@ async def test_a_second_watcher_that_loses_the_race_for_a_change_warns_nothing(m
         PROJECT, "file:docs/old.md")
 
 
+def test_watch_says_why_a_note_is_not_stored(home, repo, capsys, caplog):
+    write(repo / "docs" / "huge.md", "zebra " * 30_000)
+    write(repo / "docs" / "latin1.md", "caf\xe9 notes".encode("latin-1"))
+    write(repo / "docs" / ".hidden.md", "hidden on purpose")
+    with caplog.at_level(logging.INFO, logger="agentmemrec"):
+        assert main(["watch", str(repo / "docs"), "--project", PROJECT, "--once"]) == 0
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [m.split(": ", 1)[1] for m in said] == [
+        "docs/huge.md not stored: over the 128 KiB a note may hold",
+        "docs/latin1.md not stored: not UTF-8 text (or it holds a NUL byte)"]  # not the hidden file
+    assert "1 written, 0 renamed, 0 removed" in capsys.readouterr().out
+
+
 def test_the_watch_command_says_each_summary_once(home, repo):
     """On stdout; the watcher's own log line would repeat it on stderr."""
     done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "watch", str(repo / "docs"), "--project",
