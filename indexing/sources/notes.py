@@ -29,7 +29,7 @@ BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "ta
                         "venv", "__pycache__", "site-packages", "vendor", "coverage", "htmlcov"})
 SNIFF_BYTES = 8192
 Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
-               "unreadable", "outside-repository"]
+               "unreadable", "outside-repository", "link-to-a-note"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,19 @@ def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
     if not rules.is_note_name(parts[-1]):
         return "not-a-note"
     return "gitignored" if ignores.ignored(rel, False) else None
+
+
+def links_to_note(tree: Tree, rules: NoteRules, file: Path) -> bool:
+    """Whether `file` is a symbolic link to a note of the watched folder. That note is stored under
+    its own path; a copy under the link's would go stale, since an edit of the target names only
+    the target in the file-system events."""
+    if not file.is_symlink():
+        return False
+    try:
+        target = tree.rel(file.resolve(strict=True))
+    except OSError:
+        return False
+    return target is not None and classify(target, rules, ignores_above(tree, target)) is None
 
 
 def skip_reason(reason: Skip, rules: NoteRules) -> str | None:

@@ -34,6 +34,7 @@ from agentmemrec.indexing.sources.notes import (
     Tree,
     classify,
     ignores_above,
+    links_to_note,
     read_doc,
     skip_reason,
     walk,
@@ -212,8 +213,7 @@ class NoteWatcher:
     def _read_all(self, under: str) -> dict[str, Doc]:
         docs = {}
         for rel, found in walk(self.tree, self.rules, under):
-            doc = found if isinstance(found, str) else read_doc(rel, found, self.rules, self.sink.redact,
-                                                                self.tree.root)
+            doc = found if isinstance(found, str) else self._read(rel, found)
             if isinstance(doc, Doc):
                 docs[rel] = doc
             else:
@@ -241,7 +241,7 @@ class NoteWatcher:
             self.docs.update(self._read_all(rel + "/"))
         elif Path(path).is_file():
             reason = classify(rel, self.rules, ignores_above(self.tree, rel))
-            doc = reason or read_doc(rel, Path(path), self.rules, self.sink.redact, self.tree.root)
+            doc = reason or self._read(rel, Path(path))
             if doc == "empty" and kept is not None and not settled:  # maybe half-way through a save
                 self.docs[rel] = kept
                 self._emptied[rel] = (time.monotonic(), path)
@@ -249,6 +249,11 @@ class NoteWatcher:
                 self.docs[rel] = doc
             else:
                 self._skip(rel, doc)
+
+    def _read(self, rel: str, file: Path) -> Doc | Skip:
+        if links_to_note(self.tree, self.rules, file):  # stored once, under the target's path
+            return "link-to-a-note"
+        return read_doc(rel, file, self.rules, self.sink.redact, self.tree.root)
 
     def _skip(self, rel: str, reason: Skip) -> None:
         if (rel, reason) not in self._skipped:  # each skip is logged once

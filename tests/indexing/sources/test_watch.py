@@ -290,10 +290,24 @@ async def test_a_link_leading_out_of_the_repository_is_never_read(memory, repo, 
         (repo / "docs" / "late.md").symlink_to(outside / "aws.md")  # one made while watching
         write(repo / "docs" / "zebra.md", "a zebra note written after the link")
         await next_change(reports)
-    assert "docs/alias.md" in first.paths and "docs/x.md" not in first.paths
+    assert "docs/real.md" in first.paths and "docs/x.md" not in first.paths
     stored = [u.text for i in memory.store.ids_for(PROJECT, "file:docs/late.md")
               for u in memory.store.units(PROJECT, [i]).values()]
     assert stored == [] and "outside the repository" not in context(memory, "zebra credentials kept")
+
+
+async def test_a_link_to_a_note_in_the_folder_is_not_a_second_copy_that_goes_stale(memory, repo):
+    """An edit of the target names only the target: a copy stored under the link's path would
+    keep the old text. The note is stored once, under the target's path."""
+    write(repo / "docs" / "notes" / "ops-runbook.md", "# Runbook\n\nRestart the ledger with systemctl.")
+    (repo / "docs" / "notes" / "link-in.md").symlink_to("ops-runbook.md")
+    async with watching(memory, repo / "docs") as (first, reports):
+        write(repo / "docs" / "notes" / "ops-runbook.md", "# Runbook\n\nRestart the ledger with kubectl.")
+        change = await next_change(reports)
+    assert "docs/notes/link-in.md" not in first.paths + change.paths
+    assert memory.store.ids_for(PROJECT, "file:docs/notes/link-in.md") == []
+    assert "systemctl" not in context(memory, "restart the ledger")
+    assert "kubectl" in context(memory, "restart the ledger")
 
 
 async def test_a_second_watcher_that_loses_the_race_for_a_change_warns_nothing(memory, repo, caplog):
