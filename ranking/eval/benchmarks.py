@@ -17,9 +17,9 @@ from typing import Any, Iterator, Literal
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.units import parse_time
+from agentmemrec.ranking.eval.options import DATASETS
 
 Dataset = Literal["locomo", "longmemeval", "coding"]
-DATASETS: tuple[str, ...] = ("locomo", "longmemeval", "coding")
 PROJECT = "eval"  # the project a single-project benchmark is written to
 CODING_FORMAT = "agentmemrec-coding/1"
 CODING_KINDS = ("single", "multi", "status", "temporal", "paraphrase", "unanswerable")
@@ -79,6 +79,13 @@ def data_digest(data: list[dict[str, Any]]) -> str:
     return hashlib.sha256("".join(f["sha256"] for d in data for f in d["files"]).encode()).hexdigest()
 
 
+# What a record of each format holds, to tell a file of another format before reading it
+FORMATS = {"locomo": ("LoCoMo", 'an object with "qa" and "speaker_a", "session_1", ... (or them inside '
+                      '"conversation"), or a list of them'),
+           "longmemeval": ("LongMemEval", 'an object with "question", "question_date", "haystack_dates" and '
+                           '"haystack_sessions", or a list of them')}
+
+
 def read_cases(dataset: str, paths: list[Path]) -> Iterator[Case]:
     reader = {"locomo": locomo_case, "longmemeval": longmemeval_case, "coding": coding_case}.get(dataset)
     if reader is None:
@@ -86,11 +93,41 @@ def read_cases(dataset: str, paths: list[Path]) -> Iterator[Case]:
     for path in files_under(paths):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{path}: not a readable JSON file ({exc})") from exc
         records = record if isinstance(record, list) else [record]  # full releases are lists
+        if not records:
+            raise InputError(f"no questions found in {path}: it holds an empty list")
         for i, rec in enumerate(records):
-            yield reader(rec, path.stem if len(records) == 1 else f"{path.stem}-{i}")
+            if dataset in FORMATS and not _is_format(dataset, rec):
+                name, expected = FORMATS[dataset]
+                raise InputError(f"{path} is not a {name} file (expected {expected}); check the dataset "
+                                 f"argument ({', '.join(DATASETS)})")
+            try:
+                case = reader(rec, path.stem if len(records) == 1 else f"{path.stem}-{i}")
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                name = FORMATS.get(dataset, ("coding benchmark",))[0]
+                raise InputError(f"{path}: a malformed {name} record ({type(exc).__name__}: {exc})") from exc
+            yield case
+
+
+def read_questions(dataset: str, paths: list[Path]) -> list[Case]:
+    """Every case of the files, refused if they hold no question at all (a run would measure nothing)."""
+    cases = list(read_cases(dataset, paths))
+    if not any(c.questions for c in cases):
+        raise InputError(f"no questions found in {', '.join(map(str, paths))} (read as {dataset}: adversarial "
+                         "and unlabelled questions are left out); check the files and the dataset argument")
+    return cases
+
+
+def _is_format(dataset: str, rec: Any) -> bool:
+    if not isinstance(rec, dict):
+        return False
+    if dataset == "locomo":
+        conv = rec.get("conversation", rec)
+        return isinstance(rec.get("qa"), list) and isinstance(conv, dict) and any(
+            re.fullmatch(r"session_\d+", k) for k in conv)
+    return all(k in rec for k in ("question", "question_date", "haystack_dates", "haystack_sessions"))
 
 
 def _locomo_time(text: str) -> datetime:

@@ -36,6 +36,7 @@ from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.ranking.cross_encoder import DEFAULT_LIMIT, CachedReranker, OnnxReranker, Reranker
 from agentmemrec.ranking.eval.benchmarks import Case, Question, read_cases
 from agentmemrec.ranking.eval.metrics import Outcome, by_category, summarize
+from agentmemrec.ranking.eval.options import VARIANT_NAMES
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranker
 from agentmemrec.ranking.loading import load_embedder
 from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build
@@ -44,7 +45,6 @@ from agentmemrec.ranking.slate import Slate, SlateInputs
 
 log = logging.getLogger(__name__)
 FEATURES_VARIANT = "features"
-DEFAULT_BUDGETS = (2400, 2550, 2700)
 WRITE_BATCH = 1000
 
 
@@ -141,11 +141,13 @@ def load_models(home: Path, variants: Sequence[str], device: str = "auto", cache
                       f"{INSTALL_HINT}", model, note)
 
 
+assert tuple(v for v in VARIANTS if v != FEATURES_VARIANT) == VARIANT_NAMES  # the names the CLI offers
+
+
 def check_variants(variants: Sequence[str]) -> list[str]:
-    unknown = [v for v in variants if v not in VARIANTS or v == FEATURES_VARIANT]
+    unknown = [v for v in variants if v not in VARIANT_NAMES]
     if unknown:
-        names = ", ".join(v for v in VARIANTS if v != FEATURES_VARIANT)
-        raise InputError(f"unknown variant(s) {unknown}; available: {names}")
+        raise InputError(f"unknown variant(s) {unknown}; available: {', '.join(VARIANT_NAMES)}")
     return list(variants)
 
 
@@ -184,11 +186,11 @@ def _lost_to(selection: Selection, slate_ids: set[int], evidence: frozenset[str]
 def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: Sequence[int],
              limit: int | None = None, seed: int = 0, pool_size: int = DEFAULT_POOL,
              per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
-             keep: Keeper | None = None) -> tuple[list[VariantRun], dict[str, float]]:
-    """Run each variant on each question. With `keep`, the hidden features variant runs too and
-    its selections go to `keep` (for cross-validated training) instead of being scored."""
+             keep: Keeper | None = None, cases: list[Case] | None = None) -> tuple[list[VariantRun], dict[str, float]]:
+    """Run each variant on each question (of `cases`, read from `paths` if not given). With `keep`, the
+    hidden features variant runs too and its selections go to `keep` (for cross-validated training)."""
     variants = check_variants(variants) + ([FEATURES_VARIANT] if keep is not None else [])
-    cases = list(read_cases(dataset, paths))
+    cases = list(read_cases(dataset, paths)) if cases is None else cases
     chosen = select_questions(cases, limit, seed)
     runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}) for v in variants}
     cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}

@@ -90,19 +90,24 @@ def _stack(groups: Sequence[Group], drop: Sequence[str], rng: random.Random, dro
                        free_raw_data=False)
 
 
+def usable(groups: Sequence[Group]) -> list[Group]:
+    """The groups LambdaRank learns from: at least one relevant and one other candidate."""
+    return [g for g in groups if 0 < g.y.sum() < len(g.y)]
+
+
 def fit(groups: Sequence[Group], drop: Sequence[str] = (), seed: int = 0, valid_share: float = 0.2,
         dropout: float = DENSE_DROPOUT) -> tuple[lgb.Booster, dict[str, Any]]:
-    """LambdaRank on groups with at least one relevant and one other candidate."""
-    usable = [g for g in groups if 0 < g.y.sum() < len(g.y)]
+    """LambdaRank on the usable groups."""
+    usable_groups = usable(groups)
     rng = random.Random(seed)
-    cases = sorted({g.fold_key for g in usable})
+    cases = sorted({g.fold_key for g in usable_groups})
     # hold out whole conversations when there are enough of them, else a share of the questions
     key = (lambda g: g.fold_key) if len(cases) >= 10 else (lambda g: g.kept.question.qid)
-    keys = sorted({key(g) for g in usable})
+    keys = sorted({key(g) for g in usable_groups})
     rng.shuffle(keys)
     held = set(keys[: max(1, int(len(keys) * valid_share))])
-    train = [g for g in usable if key(g) not in held]
-    valid = [g for g in usable if key(g) in held]
+    train = [g for g in usable_groups if key(g) not in held]
+    valid = [g for g in usable_groups if key(g) in held]
     dtrain = _stack(train, drop, rng, dropout)
     dvalid = _stack(valid, drop, rng, 0.0)
     booster = lgb.train({**PARAMS, "seed": seed}, dtrain, ROUNDS, valid_sets=[dvalid],
@@ -188,8 +193,7 @@ def logistic(x: np.ndarray, y: np.ndarray, names: Sequence[str], l2: float = STR
 
 def refit(groups: Sequence[Group], rounds: int, seed: int = 0, drop: Sequence[str] = ()) -> lgb.Booster:
     """Train on every group for the number of rounds early stopping chose on a held-out part."""
-    usable = [g for g in groups if 0 < g.y.sum() < len(g.y)]
-    return lgb.train({**PARAMS, "seed": seed}, _stack(usable, drop, random.Random(seed), DENSE_DROPOUT),
+    return lgb.train({**PARAMS, "seed": seed}, _stack(usable(groups), drop, random.Random(seed), DENSE_DROPOUT),
                      max(rounds, 1))
 
 

@@ -89,8 +89,8 @@ def cross_ranker(default_home: Path, tmp_path_factory: pytest.TempPathFactory) -
     mp = pytest.MonkeyPatch()
     mp.setenv(HOME_ENV, str(home))
     try:
-        assert main(["train", "locomo", str(data), "--rerank-depth", "5", "--rerank-tokens", "64",
-                     "--out", str(out)]) == 0
+        assert main(["train", "locomo", str(data), "--allow-small", "--rerank-depth", "5",
+                     "--rerank-tokens", "64", "--out", str(out)]) == 0
     finally:
         mp.undo()
     return home, out
@@ -125,7 +125,7 @@ def test_a_ranker_is_matched_on_the_instruction_its_queries_were_embedded_with(d
     for i in range(2):
         write_locomo(data / f"conv-{i}.json", seed=i)
     out = tmp_path / "instructed-ranker.json"
-    assert main(["train", "locomo", str(data), "--rerank-depth", "5", "--out", str(out)]) == 0
+    assert main(["train", "locomo", str(data), "--allow-small", "--rerank-depth", "5", "--out", str(out)]) == 0
     model = choose_ranker(None, None, out)[0]
     assert model.meta["embedder"] == embedder.ranked_as and model.mismatch(*_identities(home)) is None
     assert model.mismatch(embedder.identity, active(home)["reranker"].identity) is not None

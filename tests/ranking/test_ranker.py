@@ -136,7 +136,7 @@ def train(home, dataset: str, data, out) -> None:
     mp = pytest.MonkeyPatch()
     mp.setenv("AGENTMEMREC_HOME", str(home))
     try:
-        assert main(["train", dataset, str(data), "--out", str(out)]) == 0
+        assert main(["train", dataset, str(data), "--out", str(out), "--allow-small"]) == 0
     finally:
         mp.undo()
 
@@ -340,7 +340,7 @@ def test_the_learned_ranker_beats_pool_order_where_the_features_must_decide(mini
         write_askers(tmp_path / "train" / f"conv-{i}.json", seed=i)
     write_askers(tmp_path / "held-out.json", seed=3)  # ranked by a model that never saw it
     model, out = tmp_path / "ranker.json", tmp_path / "r.json"
-    assert main(["train", "locomo", str(tmp_path / "train"), "--out", str(model)]) == 0
+    assert main(["train", "locomo", str(tmp_path / "train"), "--out", str(model), "--allow-small"]) == 0
     assert main(["eval", "locomo", str(tmp_path / "held-out.json"), "--variant", "rrf", "--variant", "full",
                  "--ranker-model", str(model), "--budget", "200", "--json", str(out)]) == 0
     slate = {r["variant"]: r["slate_completeness"] for r in json.loads(out.read_text())["records"]}

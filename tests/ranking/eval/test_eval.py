@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -195,3 +196,100 @@ def test_an_evidence_turn_stored_in_parts_counts_only_when_each_pooled_part_is_i
     assert by_budget[700]["slate_completeness"] == 0.0  # a part fits, the whole turn does not
     assert by_budget[700]["lost_in_ranking"] + by_budget[700]["lost_to_budget"] == 1
     assert by_budget[4000]["slate_completeness"] == 1.0
+
+
+def _refused(args, said, capsys):
+    """An argument error: argparse's usage and one line naming the flag, exit 2."""
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and said in err, err
+
+
+def test_numeric_options_out_of_range_are_refused_by_name(home, tmp_path, capsys):
+    locomo_file(tmp_path / "c.json")
+    c = str(tmp_path / "c.json")
+    for extra, said in ((["--limit", "-3"], "argument --limit: must be at least 1"),
+                        (["--limit", "0"], "argument --limit: must be at least 1"),
+                        (["--cv", "1"], "argument --cv: must be at least 2 (or 0"),
+                        (["--cv", "-2"], "argument --cv: must be at least 0"),
+                        (["--pool-size=-5"], "argument --pool-size: must be at least 0")):
+        _refused(["eval", "locomo", c, *extra], said, capsys)
+    _refused(["train", "locomo", c, "--out", str(tmp_path / "m.json"), "--limit", "0"],
+             "argument --limit: must be at least 1", capsys)
+
+
+def test_cross_validation_with_more_folds_than_conversations_is_refused_before_any_work(home, tmp_path, capsys):
+    locomo_file(tmp_path / "c.json")
+    assert main(["eval", "locomo", str(tmp_path / "c.json"), "--variant", "full", "--cv", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "--cv 2 needs at least 2 conversations or projects to fold" in err and "these files hold 1" in err
+    assert out == ""  # nothing was evaluated
+
+
+def test_a_file_of_another_format_or_without_questions_is_refused(home, tmp_path, capsys):
+    locomo_file(tmp_path / "conv.json")
+    longmemeval_file(tmp_path / "lme.json")
+    (tmp_path / "obj.json").write_text("{}")
+    (tmp_path / "list.json").write_text("[]")
+    (tmp_path / "adversarial.json").write_text(json.dumps(
+        {"speaker_a": "Ana", "speaker_b": "Bo", "session_1_date_time": "1:56 pm on 8 May, 2023",
+         "session_1": [{"speaker": "Ana", "dia_id": "D1:1", "text": "hi"}],
+         "qa": [{"question": "q", "answer": "-", "evidence": ["D1:1"], "category": 5}]}))
+    for args, said in ((["eval", "longmemeval", "conv.json"], "conv.json is not a LongMemEval file (expected"),
+                       (["eval", "locomo", "lme.json"], "lme.json is not a LoCoMo file (expected"),
+                       (["eval", "locomo", "obj.json"], "obj.json is not a LoCoMo file"),
+                       (["eval", "locomo", "list.json"], "no questions found in"),
+                       (["eval", "locomo", "adversarial.json"], "no questions found in"),
+                       (["train", "locomo", "obj.json", "--out", "m.json"], "obj.json is not a LoCoMo file")):
+        args = [a if not a.endswith(".json") else str(tmp_path / a) for a in args]
+        assert main(args) == 2, args
+        out, err = capsys.readouterr()
+        assert said in err and "Traceback" not in err and out == "", err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_output_paths_are_checked_before_the_work(home, tmp_path, capsys, monkeypatch):
+    locomo_file(tmp_path / "c.json")
+    c = str(tmp_path / "c.json")
+    missing = tmp_path / "no" / "such"
+    for args, said in ((["eval", "locomo", c, "--json", str(missing / "x.json")], "--json"),
+                       (["eval", "locomo", c, "--per-question", str(missing / "q.jsonl")], "--per-question"),
+                       (["train", "locomo", c, "--allow-small", "--out", str(missing / "m.json")], "--out")):
+        assert main(args) == 2
+        out, err = capsys.readouterr()
+        assert f"{said} {missing}" in err and f"folder {missing} does not exist" in err and out == "", err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed
+    assert main(["eval", "locomo", c, "--plot", str(tmp_path / "p.png")]) == 2
+    out, err = capsys.readouterr()
+    assert "--plot needs matplotlib" in err and out == ""
+
+
+def test_options_of_the_full_variant_are_refused_without_it_and_ablations_checked_first(home, tmp_path, capsys):
+    locomo_file(tmp_path / "c.json")
+    c = str(tmp_path / "c.json")
+    assert main(["eval", "locomo", c, "--cv", "3", "--ablation", "relevance", "--limit", "3",
+                 "--json", str(tmp_path / "cv.json")]) == 2
+    out, err = capsys.readouterr()
+    assert "--cv, --ablation apply to the full variant only; add --variant full" in err and out == ""
+    assert not (tmp_path / "cv.json").exists()
+    assert main(["eval", "locomo", c, "--variant", "full", "--ablation", "relevance"]) == 2
+    assert "--ablation compares cross-validated models" in capsys.readouterr().err
+    assert main(["eval", "locomo", c, "--variant", "full", "--cv", "2", "--ablation", "bogus"]) == 2
+    out, err = capsys.readouterr()
+    assert "unknown ablation ['bogus']" in err and out == ""
+
+
+def test_train_refuses_too_few_questions_unless_allowed_and_then_warns(home, tmp_path, capsys, caplog):
+    locomo_file(tmp_path / "c.json")
+    model = tmp_path / "m.json"
+    assert main(["train", "locomo", str(tmp_path / "c.json"), "--out", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "3 questions are too few to train a useful ranker (at least 100)" in err and "--allow-small" in err
+    assert not model.exists()
+    assert main(["train", "locomo", str(tmp_path / "c.json"), "--out", str(model), "--limit", "1",
+                 "--allow-small"]) == 2
+    assert "train needs at least 2 questions" in capsys.readouterr().err
+    assert main(["train", "locomo", str(tmp_path / "c.json"), "--out", str(model), "--allow-small"]) == 0
+    assert model.exists() and "trained on 3 questions" in capsys.readouterr().out
+    assert "likely ranks worse than the shipped ranker" in caplog.text
