@@ -437,8 +437,9 @@ def _check_pool(size: Any) -> int:
     return size
 
 
-def check_budget(budget: Any) -> int:
+def check_budget(budget: Any, name: str = "budget_tokens") -> int:
+    """`name` is what the caller called it: the tool's argument, or a command's flag."""
     if isinstance(budget, bool) or not isinstance(budget, int) or not MIN_BUDGET <= budget <= MAX_BUDGET:
-        raise InputError(f"budget_tokens must be an integer in [{MIN_BUDGET}, {MAX_BUDGET}]; "
+        raise InputError(f"{name} must be an integer in [{MIN_BUDGET}, {MAX_BUDGET}]; "
                          f"got {budget!r}")
     return budget

@@ -11,12 +11,16 @@ from agentmemrec.indexing.store.protocol import Store
 SCHEMES = ("postgresql", "postgres")
 
 
-def check_store_url(url: str) -> str:
-    """A PostgreSQL URL (postgresql://user@host:port/db), or a clear refusal."""
+STORE_SETTING = "--store / AGENTMEMREC_STORE"
+
+
+def check_store_url(url: str, name: str = STORE_SETTING) -> str:
+    """A PostgreSQL URL (postgresql://user@host:port/db), or a clear refusal naming the setting
+    it came from (`name`: a command's flag such as --to)."""
     if not isinstance(url, str) or urlsplit(url).scheme not in SCHEMES:
-        raise InputError(f"--store / AGENTMEMREC_STORE must be a PostgreSQL URL such as "
-                         f"postgresql://user:password@host:5432/agentmemrec, not {url!r}; leave it unset "
-                         "for the embedded DuckDB store in the home")
+        unset = "; leave it unset for the embedded DuckDB store in the home" if name == STORE_SETTING else ""
+        raise InputError(f"{name} must be a PostgreSQL URL such as "
+                         f"postgresql://user:password@host:5432/agentmemrec, not {url!r}{unset}")
     return url
 
 

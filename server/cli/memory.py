@@ -85,6 +85,9 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start} is not UTF-8); save it as UTF-8 "
+                         "and run the import again") from exc
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -96,17 +99,30 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     return items, at
 
 
-def import_items(memory: Any, project: str, items: list[dict[str, Any]], at: list[int],
-                 label: str = "import") -> int:
-    """Validate everything first (nothing is written if a line is bad), then write in batches.
-    What only the store can refuse (a `supersedes` naming nothing) stops the import at its batch,
-    named by the file's line; the batches before it are stored, and running it again after the
-    fix stores the rest."""
-    from tqdm import tqdm  # noqa: PLC0415
-
-    from agentmemrec.indexing.units import validate_item  # noqa: PLC0415
+def check_items(path: Path, items: list[dict[str, Any]], at: list[int]) -> None:
+    """The checks the store applies to each batch, made on the whole file before the store is
+    opened (or made): a bad line, or an empty file, leaves nothing behind."""
+    from agentmemrec.indexing.units import validate_batch, validate_item  # noqa: PLC0415
+    if not items:
+        raise InputError(f"{path} holds no items; write one remember item a line, e.g. "
+                         '{"kind": "turn", "text": "..."}')
     for raw, n in zip(items, at):
         validate_item(raw, f"line {n}")
+    for start in range(0, len(items), IMPORT_BATCH):
+        try:
+            validate_batch(items[start:start + IMPORT_BATCH])
+        except InputError as exc:  # "items 2, 5" of the batch are lines of the file
+            said = re.sub(r"\bitems? (\d+(?:, \d+)*)", lambda m: _lines(m[1], at, start), str(exc))
+            raise InputError(f"{said}; fix it and run the import again") from exc
+
+
+def import_items(memory: Any, project: str, items: list[dict[str, Any]], at: list[int],
+                 label: str = "import") -> int:
+    """Write the checked items (`check_items`) in batches. What only the store can refuse (a
+    `supersedes` naming nothing) stops the import at its batch, named by the file's line; the
+    batches before it are stored, and running it again after the fix stores the rest."""
+    from tqdm import tqdm  # noqa: PLC0415
+
     stored = 0
     with tqdm(total=len(items), desc=label, unit="item", file=sys.stderr, disable=False, mininterval=1.0) as bar:
         for start in range(0, len(items), IMPORT_BATCH):
@@ -139,6 +155,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                          "(use 'import claude-code DIR' for transcripts)")
     settings = Settings.load(args.project, store=args.store, **source_settings(args))
     items, at = read_jsonl(args.file)
+    check_items(args.file, items, at)  # before the store is opened or made
     memory = open_memory(settings)
     try:
         changed = import_items(memory, settings.project, items, at)
@@ -175,7 +192,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_recall(args: argparse.Namespace) -> int:
     from agentmemrec.ranking.memory import check_budget, check_query  # noqa: PLC0415
     from agentmemrec.server.app import slate_result  # noqa: PLC0415
-    check_query(args.query), check_budget(args.budget)  # refused before the store is opened or made
+    from agentmemrec.indexing.units import parse_time  # noqa: PLC0415
+    # refused before the store is opened or made, naming the flags
+    check_query(args.query), check_budget(args.budget, "--budget"), parse_time(args.as_of, "--as-of")
     settings = Settings.load(args.project, store=args.store)
     memory = open_memory(settings)
     try:

@@ -25,7 +25,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     from agentmemrec.indexing.store.backends import check_store_url, open_store  # noqa: PLC0415
     from agentmemrec.indexing.store.migrate import migrate, units_to_move  # noqa: PLC0415
-    url, home = check_store_url(args.to), Settings.load().home
+    url, home = check_store_url(args.to, "--to"), Settings.load().home
     if not (home / "memory.duckdb").exists():
         raise InputError(f"no store to migrate in {home}; set AGENTMEMREC_HOME to the home that holds it")
     try:

@@ -41,6 +41,9 @@ def _rows(kinds: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    if args.decisions:  # the digest's budget, checked as recall's is, before the store is opened
+        from agentmemrec.ranking.memory import check_budget  # noqa: PLC0415
+        check_budget(args.budget, "--budget")
     settings = Settings.load(args.project, store=args.store)
     memory = open_memory(settings)
     try:

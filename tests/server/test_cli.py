@@ -160,7 +160,8 @@ def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, t
 
 
 def test_a_recall_the_core_would_refuse_is_refused_before_a_store_is_made(home, capsys):
-    for args, said in ((["recall", "  "], "query is empty"), (["recall", "ledger", "--budget", "0"], "budget_tokens")):
+    for args, said in ((["recall", "  "], "query is empty"),
+                       (["recall", "ledger", "--budget", "0"], "--budget must be an integer in [200, 200000]")):
         assert main(args) == 2
         assert said in capsys.readouterr().err
     assert not home.exists()  # no store file, no lock: nothing was written

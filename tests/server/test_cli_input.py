@@ -3,8 +3,11 @@ do, exit 2, nothing written; and --help fast, without the training stack."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+
+from agentmemrec.server.cli import main
 
 
 def test_help_and_argument_registration_do_not_import_lightgbm_or_sklearn():
@@ -12,3 +15,43 @@ def test_help_and_argument_registration_do_not_import_lightgbm_or_sklearn():
             "print(sorted(m for m in ('lightgbm', 'sklearn', 'duckdb', 'onnxruntime') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def _refused(args, said, capsys):
+    """Exit 2 and one line on stderr, no traceback, nothing on stdout."""
+    assert main(args) == 2, args
+    out, err = capsys.readouterr()
+    assert said in err and err.count("\n") == 1 and "Traceback" not in err and out == "", err
+
+
+def test_errors_name_the_command_line_flag_not_the_tool_argument(home, capsys):
+    _refused(["recall", "ledger", "--budget", "0"], "agentmemrec: --budget must be an integer in [200, 200000]; got 0",
+             capsys)
+    _refused(["recall", "ledger", "--as-of", "notadate"], "--as-of='notadate' is not an ISO 8601 timestamp", capsys)
+    _refused(["migrate", "--to", "sqlite:///x"], "--to must be a PostgreSQL URL such as postgresql://", capsys)
+    assert not home.exists()
+
+
+def test_a_digest_budget_out_of_range_is_refused_as_recalls_is(home, capsys):
+    for budget in ("0", "-5", "200001"):
+        _refused(["ls", "--decisions", "--project", "pay", "--budget", budget],
+                 f"--budget must be an integer in [200, 200000]; got {budget}", capsys)
+    assert not home.exists()
+
+
+def test_an_import_that_is_not_utf8_is_refused_by_name(home, tmp_path, capsys):
+    src = tmp_path / "b.jsonl"
+    src.write_bytes(b"\xff\xfe bad\n")
+    _refused(["import", str(src)], f"{src} is not UTF-8 text", capsys)
+    assert not home.exists()
+
+
+def test_an_import_the_store_would_refuse_or_an_empty_one_makes_no_store(home, tmp_path, capsys):
+    bad_kind, dup_ref, empty = tmp_path / "k.jsonl", tmp_path / "d.jsonl", tmp_path / "e.jsonl"
+    bad_kind.write_text(json.dumps({"kind": "turn", "text": "fine"}) + "\n" + json.dumps({"kind": "nope", "text": "x"}))
+    dup_ref.write_text("\n".join(json.dumps({"kind": "turn", "text": t, "ref": "r"}) for t in ("a", "b")))
+    empty.write_text("\n\n")
+    _refused(["import", str(bad_kind)], "line 2: unknown kind 'nope'", capsys)
+    _refused(["import", str(dup_ref)], "lines 1, 2: ref 'r' appears more than once", capsys)
+    _refused(["import", str(empty)], f"{empty} holds no items", capsys)
+    assert not home.exists()  # no memory.duckdb, no owner.lock
