@@ -193,7 +193,8 @@ class UnitOut(BaseModel):
     role: str | None
     speaker: str | None
     title: str | None
-    status: str | None = Field(description="The stored status (decisions_in_force shows what replaced it)")
+    status: str | None = Field(description="The status in force: superseded once a successor is adopted "
+                                           "(superseded_by names it), else the status it was written with")
     supersedes: int | None
     superseded_by: int | None
     path: str | None

@@ -26,8 +26,11 @@ DIGEST_BUDGET = 2700
 
 
 def unit_out(unit: Unit) -> UnitOut:
+    """A unit as `show` (tool and command) and `decisions_in_force` report it: a decision with an
+    adopted successor is superseded, whatever status it was written with, as slates say."""
     fields = {k: v for k, v in asdict(unit).items() if k in UnitOut.model_fields}
-    return UnitOut(**{**fields, "at": unit.at.isoformat()})
+    status = "superseded" if unit.kind == "decision" and unit.superseded_by is not None else unit.status
+    return UnitOut(**{**fields, "at": unit.at.isoformat(), "status": status})
 
 
 def project_counts(kinds: dict[str, dict[str, int]], projects: Any) -> list[ProjectCount]:

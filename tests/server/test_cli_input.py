@@ -55,3 +55,21 @@ def test_an_import_the_store_would_refuse_or_an_empty_one_makes_no_store(home, t
     _refused(["import", str(dup_ref)], "lines 1, 2: ref 'r' appears more than once", capsys)
     _refused(["import", str(empty)], f"{empty} holds no items", capsys)
     assert not home.exists()  # no memory.duckdb, no owner.lock
+
+
+def test_show_reports_a_replaced_decision_as_superseded_as_slates_do(home, tmp_path, capsys):
+    src = tmp_path / "adr.jsonl"
+    src.write_text("\n".join(json.dumps(d) for d in (
+        {"kind": "decision", "ref": "adr-0003", "title": "Events", "text": "Payment events on RabbitMQ.",
+         "status": "accepted", "at": "2026-03-01T00:00:00Z"},
+        {"kind": "decision", "ref": "adr-0005", "title": "Events", "text": "Payment events move to Kafka.",
+         "status": "accepted", "at": "2026-04-14T00:00:00Z", "supersedes": "adr-0003"})))
+    assert main(["import", str(src), "--project", "pay"]) == 0
+    capsys.readouterr()
+    assert main(["show", "adr-0003", "--project", "pay", "--json"]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "superseded" and shown["superseded_by"] is not None
+    assert main(["show", "adr-0003", "--project", "pay"]) == 0
+    assert "status=superseded" in capsys.readouterr().out
+    assert main(["recall", "payment events", "--project", "pay"]) == 0
+    assert f"SUPERSEDED by #{shown['superseded_by']}" in capsys.readouterr().out

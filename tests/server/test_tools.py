@@ -458,3 +458,13 @@ async def test_every_kind_of_line_break_in_stored_text_stays_inside_its_item(cli
     lines = context.split("\n")
     assert "## decisions" not in lines and not any(line.startswith("[#1 adr-9]") for line in lines)
     assert sum(line.startswith("  ## decisions") for line in lines) == len(breaks)
+
+
+async def test_show_unit_reports_a_replaced_decision_as_superseded_as_slates_do(client):
+    await call(client, "remember", items=[
+        _decision("q-1", "Use RabbitMQ as the job queue broker.", 1),
+        _decision("q-2", "Move the job queue broker to SQS.", 2, supersedes="q-1")])
+    [q1] = (await call(client, "show_unit", ref="q-1"))["units"]
+    [q2] = (await call(client, "show_unit", ref="q-2"))["units"]
+    assert (q1["status"], q1["superseded_by"]) == ("superseded", q2["id"]) and q2["status"] == "accepted"
+    assert await _in_force(client) == {"q-1": "superseded", "q-2": "accepted"}
