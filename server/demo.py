@@ -14,6 +14,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.server.console import emit
 from agentmemrec.server.owner_socket import HOME_ENV, default_home
 
@@ -50,7 +51,7 @@ async def _run(home: Path) -> None:
         for project in PROJECTS:
             out = _check(await client.call_tool("remember", {"items": demo_items(project),
                                                              "project": project}))
-            emit(f"remembered {len(out['items'])} items in {project}")
+            emit(f"{project}: {remembered([i['outcome'] for i in out['items']])}")
         await _embedded(client)
         for project, query in QUERIES:
             slate = _check(await client.call_tool("recall_slate", {"query": query, "project": project,
@@ -90,15 +91,42 @@ def _pipeline(why: dict[str, Any]) -> None:
              f"{c['outcome']}{' (lost to ' + c['lost_to'] + ')' if c['lost_to'] else ''}")
 
 
+def remembered(outcomes: list[str]) -> str:
+    """What a remember call did: a second demo in the same home stores nothing, and says so."""
+    counts = {o: outcomes.count(o) for o in ("stored", "updated", "unchanged")}
+    return (f"{counts['stored']} items stored, {counts['updated']} updated, {counts['unchanged']} already there"
+            f" (of {len(outcomes)})")
+
+
+def demo_home(home: Path) -> Path:
+    """`--home`, made if missing, or one clear line saying why it cannot be used."""
+    home = Path(home).expanduser()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--home {home}: cannot create it ({exc.strerror}); choose a folder you can write") from None
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise InputError(f"--home {home}: cannot write there (permission denied); choose a folder you can write")
+    return home
+
+
+def link_models(home: Path) -> None:
+    """A demo home without models of its own uses those installed in the data home
+    (`agentmemrec models install --default`), as the default temporary one does."""
+    installed, own = default_home() / "models", home / "models"
+    if installed.is_dir() and not own.exists() and not own.is_symlink() and installed.resolve() != own.resolve():
+        own.symlink_to(installed.resolve(), target_is_directory=True)
+
+
 def run_demo(home: Path | None) -> int:
-    """In `home`, or in a fresh temporary store that uses the models installed in the data home
-    (`agentmemrec models install --default`)."""
+    """In `home` (kept), or in a fresh temporary store; either uses the models installed in the
+    data home unless `home` has its own."""
     if home is not None:
-        anyio.run(_run, Path(home))
+        home = demo_home(home)
+        link_models(home)
+        anyio.run(_run, home)
         return 0
     with tempfile.TemporaryDirectory(prefix="agentmemrec-demo-") as tmp:
-        installed = default_home() / "models"
-        if installed.is_dir():
-            (Path(tmp) / "models").symlink_to(installed, target_is_directory=True)
+        link_models(Path(tmp))
         anyio.run(_run, Path(tmp))
     return 0

@@ -4,6 +4,7 @@ do, exit 2, nothing written; and --help fast, without the training stack."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -73,3 +74,20 @@ def test_show_reports_a_replaced_decision_as_superseded_as_slates_do(home, tmp_p
     assert "status=superseded" in capsys.readouterr().out
     assert main(["recall", "payment events", "--project", "pay"]) == 0
     assert f"SUPERSEDED by #{shown['superseded_by']}" in capsys.readouterr().out
+
+
+def test_a_demo_home_that_cannot_be_made_is_one_line(home, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    _refused(["demo", "--home", str(tmp_path / "a-file" / "demo")], "cannot create it", capsys)
+
+
+def test_a_demo_home_uses_the_installed_models_and_a_second_run_says_it_stored_nothing(home, tmp_path, capsys):
+    (home / "models").mkdir(parents=True)  # the data home's models (none active: the demo runs on BM25)
+    demo = tmp_path / "demo"
+    assert main(["demo", "--home", str(demo)]) == 0
+    first = capsys.readouterr().out
+    assert (demo / "models").is_symlink() and (demo / "models").resolve() == (home / "models").resolve()
+    assert re.search(r"^payments-api: (\d+) items stored, 0 updated, 0 already there", first, re.M), first
+    assert main(["demo", "--home", str(demo)]) == 0
+    second = capsys.readouterr().out
+    assert re.search(r"^payments-api: 0 items stored, 0 updated, (\d+) already there", second, re.M), second
