@@ -111,6 +111,10 @@ def _locate(source: str, quantize: str | None, origin: str | None) -> tuple[Path
             raise InputError(f"{source} holds no ONNX model (model.onnx, or one under onnx/) and no weights to "
                              "export; pass a folder with an ONNX export and its tokenizer.json")
         return local, found, origin
+    if local.exists():  # a file that is no ONNX model: never asked of the hub, even if it reads like an id
+        raise InputError(f"{source} exists but is not a model: pass an ONNX file (.onnx), a folder holding an "
+                         "ONNX export (model.onnx, or one under onnx/, with its tokenizer.json), a Hugging Face "
+                         "model folder (config.json and weights, exported with the export extra), or a hub id")
     hub_like = re.fullmatch(r"[\w.-]+/[\w.-]+", source) and not source.startswith(".")
     if not hub_like:
         raise InputError(f"no such file or folder: {source}; pass an ONNX file, a folder holding an ONNX "

@@ -91,3 +91,11 @@ def test_a_demo_home_uses_the_installed_models_and_a_second_run_says_it_stored_n
     assert main(["demo", "--home", str(demo)]) == 0
     second = capsys.readouterr().out
     assert re.search(r"^payments-api: 0 items stored, 0 updated, (\d+) already there", second, re.M), second
+
+
+def test_installing_a_file_that_is_no_model_says_so_rather_than_asking_the_hub(home, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "file.json").write_text("{}")
+    for source in ("cfg/file.json", str(tmp_path / "cfg" / "file.json")):
+        _refused(["models", "install", source], f"{source} exists but is not a model: pass an ONNX file", capsys)
