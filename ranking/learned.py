@@ -176,6 +176,12 @@ class RankerModel:
         """What a reader must know when the active models are not the ones it was trained with."""
         if self.trained_for(embedder, reranker):
             return None
+        if reranker and not self.uses_reranker and self.trained_for(embedder, None):
+            # its scores are exactly as trained: the only news is a cross-encoder that does nothing
+            return (f"ranker {self.meta['file']} does not use a cross-encoder, so the cross-encoder is not run: no "
+                    f"shipped ranker uses the active {reranker} with embedder {embedder or 'none'}, and "
+                    f"{self.meta['file']} ranks as it was trained. To rank with the cross-encoder, train a ranker "
+                    f"for these models: {RETRAIN}")
         unused = " (the cross-encoder is not run: this ranker does not use it)" if reranker and not self.uses_reranker else ""
         return (f"ranker {self.meta['file']} was trained with embedder {self.meta.get('embedder') or 'none'} and "
                 f"cross-encoder {self.meta.get('reranker') or 'none'}; the active ones are {embedder or 'none'} and "

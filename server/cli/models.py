@@ -59,7 +59,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.models_command == "deactivate":
         models.activate(home, args.role, None)
         emit(f"no active {args.role} (it stays installed: `agentmemrec models activate NAME` uses it again); "
-             "the ranker for the remaining models is used")
+             + _ranker_now(home))
         return 0
     if args.models_command == "activate":
         names = {m.name: m for m in models.installed(home)}
@@ -89,6 +89,18 @@ def _install(home: Path, args: argparse.Namespace) -> int:
              f"{'int8, CPU only' if manifest.quantized else 'FP16 copy for CUDA' if manifest.fp16_file else 'FP32'}"
              f"{', ' + manifest.license if manifest.license else ''})")
     return 0
+
+
+def _ranker_now(home: Path) -> str:
+    """Which ranker recalls use with the models left active, and the note they give, said once here."""
+    from agentmemrec.indexing.dense.models import active  # noqa: PLC0415
+    from agentmemrec.ranking.learned import choose_ranker  # noqa: PLC0415
+    now = active(home)
+    embedder, reranker = now["embedder"], now["reranker"]
+    model, note = choose_ranker(embedder.ranked_as if embedder else None, reranker.identity if reranker else None)
+    if note is None:
+        return f"recalls rank with {model.meta['file']}, trained for the models still active"
+    return f"recalls fall back to {model.meta['file']}, the closest shipped ranker: {note}"
 
 
 def _unused_cross_encoder(home: Path, installed: list[Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -99,3 +100,25 @@ def test_installing_a_file_that_is_no_model_says_so_rather_than_asking_the_hub(h
     (tmp_path / "cfg" / "file.json").write_text("{}")
     for source in ("cfg/file.json", str(tmp_path / "cfg" / "file.json")):
         _refused(["models", "install", source], f"{source} exists but is not a model: pass an ONNX file", capsys)
+
+
+def test_deactivating_a_model_says_which_ranker_recalls_use_as_their_note_does(default_home, tmp_path, capsys,
+                                                                               monkeypatch, caplog):
+    home = tmp_path / "home"
+    shutil.copytree(default_home / "models", home / "models")
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(home))
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "Payment events go to Kafka."}))
+    assert main(["import", str(src), "--project", "pay"]) == 0
+    assert main(["models", "deactivate", "embedder"]) == 0  # the cross-encoder stays: no shipped ranker for it
+    said = capsys.readouterr().out
+    assert "recalls fall back to lexical-ranker.json, the closest shipped ranker" in said
+    assert main(["recall", "payment events", "--project", "pay"]) == 0
+    [note] = [line for line in capsys.readouterr().out.splitlines() if "ranker" in line]
+    assert note.removeprefix("-- note: ") in said and "the cross-encoder is not run" in note
+    assert "may be off" not in said + note  # lexical-ranker.json ranks exactly as trained
+    assert main(["models", "deactivate", "reranker"]) == 0  # BM25 alone, a shipped configuration
+    assert "recalls rank with lexical-ranker.json, trained for the models still active" in capsys.readouterr().out
+    caplog.clear()
+    assert main(["recall", "payment events", "--project", "pay"]) == 0
+    assert "ranker" not in capsys.readouterr().out and not [r for r in caplog.records if r.levelname == "WARNING"]
