@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agentmemrec.server.settings import Settings
 
@@ -63,11 +63,20 @@ def device_arg(p: argparse.ArgumentParser) -> None:
                    ":fp32 or :fp16 (auto: FP16 on CUDA, FP32 on CPU)")
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `low`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+positive = at_least(1)
 
 
 def rerank_arg(p: argparse.ArgumentParser) -> None:

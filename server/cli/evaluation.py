@@ -14,7 +14,7 @@ from typing import Any, Callable
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.ranking.eval.options import DATASETS, DEFAULT_BUDGETS, VARIANT_NAMES
-from agentmemrec.server.cli.common import device_arg, positive
+from agentmemrec.server.cli.common import at_least, device_arg, positive
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
 
@@ -27,20 +27,8 @@ FULL_ONLY = (("cv", "--cv"), ("ablation", "--ablation"), ("train_also", "--train
              ("ranker_model", "--ranker-model"))
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-    return parse
-
-
 def _folds(text: str) -> int:
-    value = _at_least(0)(text)
+    value = at_least(0)(text)
     if value == 1:
         raise argparse.ArgumentTypeError("must be at least 2 (or 0: no cross-validation), got 1")
     return value
@@ -142,7 +130,7 @@ def check_writable(path: Path | None, flag: str) -> None:
 
 
 def _pool_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pool-size", type=_at_least(0), default=DEFAULT_POOL,
+    p.add_argument("--pool-size", type=at_least(0), default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
 
 

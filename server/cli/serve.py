@@ -14,6 +14,7 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.cli.common import (
+    at_least,
     device_arg,
     inference_arg,
     note_args,
@@ -37,9 +38,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    "projects replace --project/--allow")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address (default: 127.0.0.1 only)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
-    p.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
+    p.add_argument("--max-request-bytes", type=at_least(1), default=MAX_REQUEST_BYTES,
                    help="largest HTTP request body accepted (default: 16 MiB); larger ones get 413")
-    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
+    p.add_argument("--pool-size", type=at_least(0), default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     device_arg(p)
     inference_arg(p)
@@ -62,7 +63,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                        "without serving MCP (`agentmemrec hook` starts one when none runs)")
     p.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
                    help="exit after this long without a call from another process (default: never)")
-    p.add_argument("--pool-size", type=int, default=DEFAULT_POOL,
+    p.add_argument("--pool-size", type=at_least(0), default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     device_arg(p)
 

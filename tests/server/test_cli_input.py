@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from agentmemrec.server.cli import main
 
 
@@ -122,3 +124,9 @@ def test_deactivating_a_model_says_which_ranker_recalls_use_as_their_note_does(d
     caplog.clear()
     assert main(["recall", "payment events", "--project", "pay"]) == 0
     assert "ranker" not in capsys.readouterr().out and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_serve_refuses_a_negative_pool_size_before_it_starts(home, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["serve", "--pool-size", "-5"])
+    assert done.value.code == 2 and "--pool-size: must be at least 0, got -5" in capsys.readouterr().err
