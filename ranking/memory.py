@@ -144,11 +144,10 @@ class Memory:
             return {}
         return {p: n for p in sorted(self.written) if (n := self.dense.vectors.count_pending(p))}
 
-    def embed_written(self, progress: Callable[[int], None] | None = None) -> int:
-        """Embed now what `pending_written` counts: what a command that wrote without a server
-        running does before it exits, so the dense channel finds what it stored."""
-        return sum(embed_pending(self.dense.vectors, self.dense.embedder, p, progress=progress)
-                   for p in self.pending_written())
+    def embed_written(self, projects: Sequence[str], progress: Callable[[int], None] | None = None) -> int:
+        """Embed now what `pending_written` counted in `projects`: what a command that wrote without
+        a server running does before it exits, so the dense channel finds what it stored."""
+        return sum(embed_pending(self.dense.vectors, self.dense.embedder, p, progress=progress) for p in projects)
 
     def compile_ranker(self) -> threading.Thread | None:
         """Predict with the ranker's boosters compiled to machine code, once they are (from the

@@ -141,9 +141,6 @@ def load_models(home: Path, variants: Sequence[str], device: str = "auto", cache
                       f"{INSTALL_HINT}", model, note)
 
 
-assert tuple(v for v in VARIANTS if v != FEATURES_VARIANT) == VARIANT_NAMES  # the names the CLI offers
-
-
 def check_variants(variants: Sequence[str]) -> list[str]:
     unknown = [v for v in variants if v not in VARIANT_NAMES]
     if unknown:

@@ -113,4 +113,4 @@ def embed_written(memory: Any) -> None:
     pending = memory.pending_written()
     if pending:
         with tqdm(total=sum(pending.values()), desc="embed", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
-            memory.embed_written(bar.update)
+            memory.embed_written(list(pending), bar.update)

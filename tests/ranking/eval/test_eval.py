@@ -293,3 +293,9 @@ def test_train_refuses_too_few_questions_unless_allowed_and_then_warns(home, tmp
     assert main(["train", "locomo", str(tmp_path / "c.json"), "--out", str(model), "--allow-small"]) == 0
     assert model.exists() and "trained on 3 questions" in capsys.readouterr().out
     assert "likely ranks worse than the shipped ranker" in caplog.text
+
+
+def test_the_variants_the_command_line_offers_are_the_ones_evaluate_runs():
+    from agentmemrec.ranking.eval.evaluate import FEATURES_VARIANT, VARIANTS
+    from agentmemrec.ranking.eval.options import VARIANT_NAMES
+    assert tuple(v for v in VARIANTS if v != FEATURES_VARIANT) == VARIANT_NAMES
