@@ -21,7 +21,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 from agentmemrec.indexing.lru import memo, memo_by_text, text_size
 from agentmemrec.indexing.tokens import count_tokens, truncate
-from agentmemrec.indexing.units import Unit
+from agentmemrec.indexing.units import ROLES, Unit
 from agentmemrec.ranking.features import content_terms, text_facts
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.records import blocks
@@ -148,12 +148,21 @@ def shown_ref(unit: Unit) -> str | None:
     return unit.ref
 
 
+def speaker_shown(unit: Unit) -> str:
+    """Who said a turn: its speaker, else its role. A speaker that names another role (`assistant`
+    on a user turn) is shown with the role, so the slate cannot pass a user's words off as the
+    assistant's."""
+    who = one_line(unit.speaker or unit.role or "")
+    if unit.role and who.strip().lower() in ROLES and who.strip().lower() != unit.role:
+        return f"{who} (role {unit.role})"
+    return who
+
+
 def render_item(unit: Unit, inputs: SlateInputs) -> str:
     shown = shown_ref(unit)
     label = f"[#{unit.id}" + (f" {quoted(shown)}" if shown else "") + "]"
     if unit.kind == "turn":
-        who = one_line(unit.speaker or unit.role or "")
-        head = f"{label} {who}:"
+        head = f"{label} {speaker_shown(unit)}:"
     elif unit.kind == "decision":
         chain = inputs.successors.get(unit.id)
         status = display_status(unit, inputs)
