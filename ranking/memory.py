@@ -63,6 +63,7 @@ class Selection:
     strength: float | None = None  # how strongly the ranking answers the query (see ranking/strength.py)
     dense_query: str | None = None  # what the embedder read for the query (DenseChannel.query_text)
     notes: tuple[str, ...] = ()  # what this recall went without (an inference server that did not answer)
+    left_out: frozenset[str] = frozenset()  # the roles of the served models it went without
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ class Memory:
         self._say_problems()
         excluded = self.store.ineligible_ids(project, as_of)
         size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
-        channels, ranker, notes = self.channels, self.ranker, []
+        channels, ranker, notes, left_out = self.channels, self.ranker, [], set()
         while True:  # a served model that does not answer is left out of this recall, and said
             try:
                 pool = generate_pool(channels, project, query, size, excluded,
@@ -266,10 +267,11 @@ class Memory:
             except Unreachable as exc:
                 channels, ranker, note = without_served(exc, channels, ranker)
                 notes.append(note)
+                left_out.add(exc.role)
         dense = next((ch for ch in channels if isinstance(ch, DenseChannel)), None)
         return Selection(project, query, as_of, pool, ranked, excluded,
                          self._slate_inputs(project, ranked, excluded, sessions), ranker.strength(ranked),
-                         dense.query_text(project, query) if dense else None, tuple(notes))
+                         dense.query_text(project, query) if dense else None, tuple(notes), frozenset(left_out))
 
     def _say_problems(self) -> None:
         """Each degradation is logged once, at the first recall (commands that never recall are quiet)."""
@@ -278,11 +280,13 @@ class Memory:
         for problem in unsaid:
             log.warning("%s", problem)
 
-    def models(self) -> dict[str, Any]:
-        """The models this recall path runs: the explanation's account of the pipeline."""
-        reranker = getattr(self.ranker, "reranker", None)
+    def models(self, left_out: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The models this recall path runs: the explanation's account of the pipeline, without
+        the served ones a recall went without (`left_out`: their roles)."""
+        reranker = None if "cross-encoder" in left_out else getattr(self.ranker, "reranker", None)
         model = getattr(self.ranker, "model", None)
-        return {"embedder": self.dense.embedder.identity if self.dense else None,
+        dense = None if "embedder" in left_out else self.dense
+        return {"embedder": dense.embedder.identity if dense else None,
                 "cross_encoder": reranker.identity if reranker else None, "cross_encoder_depth": getattr(reranker, "limit", 0),
                 "ranker": model.meta.get("file") if model else self.ranker.name,
                 "ranker_code": model.code if model else None}
@@ -350,7 +354,7 @@ class Memory:
             "generation": generation,  # the project's, when recalled: what was written since is later
             "as_of": selection.as_of.isoformat() if selection.as_of else None, "ranker": self.ranker.name,
             "channels": list(pool.channels), "dense_query": self._saved(selection.dense_query),
-            "models": self.models(), "pool_size": pool_size,
+            "models": self.models(selection.left_out), "pool_size": pool_size,
             "tokens": {"used": slate.tokens_used, "preamble": slate.fixed_tokens,
                        "items": sum(it.tokens for it in slate.items),
                        "headers": slate.tokens_used - slate.fixed_tokens

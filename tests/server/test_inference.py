@@ -107,6 +107,7 @@ async def test_a_recall_goes_on_without_an_inference_server_that_stopped_and_use
             assert any("without the cross-encoder's score for this recall" in n for n in slate.notes)
         why = memory.explain(slates[-1].slate_id, {"p"})
         assert why["channels"] == ["bm25"] and any("BM25 only" in n for n in why["notes"])
+        assert why["models"]["embedder"] is None and why["models"]["cross_encoder"] is None  # what ran
         assert all(c["features"]["cross_encoder_z"] is None for c in why["candidates"])
         said = [r.getMessage() for r in caplog.records if "cannot be reached" in r.getMessage()]
         assert len(said) == 1 and "until it answers again" in said[0]  # once, not at every recall
@@ -115,6 +116,7 @@ async def test_a_recall_goes_on_without_an_inference_server_that_stopped_and_use
         assert not any("for this recall" in n for n in slate.notes)
         why = memory.explain(slate.slate_id, {"p"})
         assert why["channels"] == ["bm25", "dense"]
+        assert why["models"]["embedder"] is not None and why["models"]["cross_encoder"] is not None
         assert any(c["features"]["cross_encoder_z"] is not None for c in why["candidates"])
         assert any("answers again" in r.getMessage() for r in caplog.records)
     finally:
