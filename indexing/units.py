@@ -344,9 +344,31 @@ def _paragraphs(body: str, limit: int) -> list[str]:
     paras = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()]
     out: list[str] = []
     for para in paras:
-        ids = encoding().encode(para, disallowed_special=())
-        if len(ids) <= limit:
-            out.append(para)
-        else:  # an overlong paragraph is cut at token boundaries
-            out.extend(encoding().decode(ids[i:i + limit]).strip() for i in range(0, len(ids), limit))
+        out.extend([para] if count_tokens(para) <= limit else _cut(para, limit))
     return [p for p in out if p]
+
+
+def _cut(text: str, limit: int, seps: tuple[str, ...] = ("\n", " ")) -> list[str]:
+    """An overlong paragraph (a pasted log, a code block) in pieces of at most `limit` tokens:
+    whole lines packed together; a line longer than that at spaces; a run without any (a long
+    hash or URL) at token boundaries, so no line or word is cut in two that need not be."""
+    if not seps:
+        ids = encoding().encode(text, disallowed_special=())
+        return [encoding().decode(ids[i:i + limit]).strip() for i in range(0, len(ids), limit)]
+    sep, out, current, size = seps[0], [], [], 0
+    parts = text.split(sep)
+    for part in parts:
+        n = count_tokens(sep + part)  # with its separator, which may merge with the part's start
+        if n > limit:  # a piece that is too long alone: cut at the next separator
+            out.extend(filter(None, [sep.join(current).strip()] + _cut(part, limit, seps[1:])))
+            current, size = [], 0
+            continue
+        if current and size + n > limit:
+            out.append(sep.join(current).strip())
+            current, size = [], 0
+        current.append(part)
+        size += n
+    out.append(sep.join(current).strip())
+    # the pieces' counts add up to about their join's; where merges across a separator make it
+    # more, the token cut keeps the limit
+    return [q for piece in out for q in ([piece] if count_tokens(piece) <= limit else _cut(piece, limit, ()))]

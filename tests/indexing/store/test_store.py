@@ -323,3 +323,16 @@ def test_a_turn_longer_than_a_slate_is_stored_in_parts_each_of_which_can_be_reca
     slate = memory.recall("p", "why was the test flaky: Kafka consumer rebalancing?")
     assert any(needle in it.unit.text for it in slate.items) and slate.tokens_used <= 2700
     assert memory.forget("p", ["log"]) and memory.store.count_units("p") == 1
+
+
+def test_a_long_log_without_blank_lines_is_split_between_lines_and_a_long_line_between_words(memory):
+    lines = [f"2026-03-02 ERROR worker-{i} ECONNRESET calling payments.api/v2/charge id={i * 7919}"
+             for i in range(300)]
+    words = " ".join(f"retry{i}" for i in range(1500))  # one line of 4,000 tokens
+    [log, line] = memory.remember("p", [{"kind": "turn", "text": "\n".join(lines), "ref": "log"},
+                                        {"kind": "turn", "text": words, "ref": "line"}])
+    parts = [memory.store.units("p", ids) for ids in (log.ids, line.ids)]
+    assert len(parts[0]) >= 2 and len(parts[1]) >= 2
+    for unit in parts[0].values():  # every part is whole lines of the log
+        assert unit.tokens <= 512 and set(unit.text.splitlines()) <= set(lines)
+    assert " ".join(u.text for u in sorted(parts[1].values(), key=lambda u: u.chunk)) == words
