@@ -120,10 +120,19 @@ def _basic_credentials(match: re.Match[str]) -> bool:
     return ":" in decoded and decoded.isprintable()
 
 
+DIGEST_WORDS = frozenset({"sha", "sha1", "sha256", "commit", "rev", "revision", "hash", "digest", "checksum"})
+
+
 def _looks_random_value(match: re.Match[str]) -> bool:
     """An env-like line's random value; a URL there is an address (credentials in it are the URL
-    rule's), not a secret."""
-    return "://" not in match.group(2) and _looks_random(match)
+    rule's), and hex under a name that says it is a digest (`GIT_SHA=`, `COMMIT=`) a version, not
+    a secret (a name that says secret is the assignment rule's)."""
+    value = match.group(2)
+    name = re.match(r"\s*(?:export\s+)?(\w+)", match.group(0)).group(1)
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])", name)}  # GIT_SHA, gitSha
+    if re.fullmatch(r"[0-9a-fA-F]{7,64}", value) and words & DIGEST_WORDS:
+        return False
+    return "://" not in value and _looks_random(match)
 
 
 # Every pattern is linear in the text: a token may start only where its own character run

@@ -77,6 +77,8 @@ def test_every_pattern_in_the_table_has_a_test():
     "Use the --password option, or --token-file /run/token, or --token $GITHUB_TOKEN.",
     "Basic authentication is enabled; basic configuration lives in config.yaml.",
     "API_URL=https://api.example.com/v1/a8d7f6g5h4k3j2",
+    "GIT_SHA=3f2b8c1e9a4d4c2b8e1f0a1b2c3d4e5f6a7b8c9d",  # a digest under a name that says so
+    "export imageDigest=4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
     result = redact(text)
@@ -155,3 +157,9 @@ def test_a_weak_password_that_starts_like_a_placeholder_is_redacted(text, secret
                                   "postgresql://user:password@localhost/db", "secret: password_here"])
 def test_placeholders_stay(text):
     assert redact(text).text == text
+
+
+@pytest.mark.parametrize("text", ["SESSION_ID=3f2b8c1e9a4d4c2b8e1f0a1b2c3d4e5f",  # hex under another name
+                                  "GIT_SHA=zz2b8c1e9a4d4c2b8e1f0a1b2c3d4e5fQQ9"])  # not hex
+def test_hex_is_kept_only_under_a_digests_name(text):
+    assert redact(text).counts == {"high-entropy": 1}
