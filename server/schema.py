@@ -62,7 +62,7 @@ Budget = Annotated[int, Field(
     description=f"The slate's size in tokens, headers included ({MIN_BUDGET}-{MAX_BUDGET})",
     ge=MIN_BUDGET, le=MAX_BUDGET)]
 AsOf = Annotated[str | None, Field(
-    description="ISO 8601 time: only what was recorded by then is eligible (default: now)",
+    description="ISO 8601 time: only what was recorded by then is eligible (default: everything stored)",
     max_length=64)]
 WithItems = Annotated[bool, Field(
     description="Also return `items`, each item's id, ref, kind, session, path, tokens and rank, for a "
