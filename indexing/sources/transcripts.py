@@ -171,7 +171,7 @@ class ProjectMap:
         for prefix, project in self.prefixes:
             if cwd == prefix or cwd.startswith(prefix + "/"):
                 return project
-        return _project_name(git_root(cwd).name)
+        return _project_name(main_worktree(git_root(cwd)).name)
 
 
 @lru_cache(maxsize=1024)
@@ -179,6 +179,21 @@ def git_root(cwd: str) -> Path:
     """The nearest folder at or above `cwd` holding `.git`, else `cwd` itself."""
     path = Path(cwd)
     return next((p for p in (path, *path.parents) if (p / ".git").exists()), path)
+
+
+def main_worktree(root: Path) -> Path:
+    """The repository a linked worktree (`git worktree add`) belongs to: its `.git` is a file
+    naming a folder under the main repository's `.git/worktrees/`, whose `commondir` leads back.
+    So a worktree shares its repository's project; any other root (a submodule too) is itself."""
+    try:
+        line = (root / ".git").read_text(encoding="utf-8").strip() if (root / ".git").is_file() else ""
+        gitdir = (root / line.removeprefix("gitdir:").strip()).resolve() if line.startswith("gitdir:") else None
+        common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve() if gitdir else None
+    except (OSError, ValueError):
+        return root
+    if common is None or not common.is_dir():
+        return root
+    return common.parent if common.name == ".git" else common.with_name(common.name.removesuffix(".git"))
 
 
 def _project_name(name: str) -> str | None:

@@ -159,6 +159,24 @@ def test_a_command_run_in_a_repository_works_on_that_repositorys_project(home, t
     assert "project nope holds nothing yet" in capsys.readouterr().out
 
 
+def test_a_linked_worktree_works_on_its_repositorys_project(home, tmp_path, capsys, monkeypatch):
+    """`git worktree add ../tw-feature`: the branch's folder shares the repository's memory."""
+    repo, tree = tmp_path / "tidewater", tmp_path / "tw-feature"
+    for args in (["init", "-q", str(repo)], ["-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b",
+                                             "commit", "-q", "--allow-empty", "-m", "x"],
+                 ["-C", str(repo), "worktree", "add", "-q", str(tree)]):
+        subprocess.run(["git", *args], check=True)
+    monkeypatch.delenv("AGENTMEMREC_PROJECT", raising=False)
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "Job locks use Postgres advisory locks.", "ref": "t1"}))
+    monkeypatch.chdir(tree)
+    assert main(["import", str(src)]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(repo)
+    assert main(["ls"]) == 0
+    assert re.search(r"^tidewater +1 +1 ", capsys.readouterr().out, re.M)
+
+
 def test_a_recall_the_core_would_refuse_is_refused_before_a_store_is_made(home, capsys):
     for args, said in ((["recall", "  "], "query is empty"),
                        (["recall", "ledger", "--budget", "0"], "--budget must be an integer in [200, 200000]")):
