@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -18,22 +19,43 @@ import Stemmer
 from agentmemrec.indexing.segments import keep_rows
 from agentmemrec.indexing.units import Unit
 
-TOKENIZER = {"lower": True, "stopwords": "en", "stemmer": "english"}
+TOKENIZER = {"lower": True, "stopwords": "en", "stemmer": "english", "identifiers": "whole+parts"}
 BM25_PARAMS = {"method": "lucene", "k1": 1.5, "b": 0.75}
 _stemmer = Stemmer.Stemmer(TOKENIZER["stemmer"])
 _stem_lock = threading.Lock()  # PyStemmer objects are not safe to share between threads
 
 
+# bm25s reads `\w\w+` runs: `keepalive_expiry` and `JSONResponse` are one term each, and a
+# version's numbers fall apart (`2.3.1` leaves no term, `v2.3.1` only `v2`, as `v2.4.0` does). An
+# identifier is indexed as itself and as its parts, and a version as one term, in texts and
+# queries alike, so "keepalive expiry" finds `keepalive_expiry` and `2.3.1` finds `v2.3.1` alone.
+_SNAKE = re.compile(r"(?<![\w.])[A-Za-z0-9]+(?:_[A-Za-z0-9]+)++")
+_CAMEL = re.compile(r"(?<![\w.])[A-Za-z0-9]*?[a-z0-9](?=[A-Z])[A-Za-z0-9]++|(?<![\w.])[A-Z]{2,}+[a-z][A-Za-z0-9]*+")
+_HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_VERSION = re.compile(r"(?<![\d.])(\d++(?:\.\d++)++)(?!\w|\.\d)")  # v2.3.1, python3.12 too
+
+
+def with_identifier_terms(text: str) -> str:
+    """`text` with each version written as one term (`v2.3.1` as `v 2_3_1`), followed by the parts
+    of its snake_case and camelCase identifiers; what bm25s reads, never what is stored or shown."""
+    extra = [m.group().replace("_", " ") for m in _SNAKE.finditer(text)]
+    extra += [" ".join(_HUMP.findall(m.group())) for m in _CAMEL.finditer(text)]
+    text = _VERSION.sub(lambda m: " " + m.group(1).replace(".", "_"), text)
+    return text + "\n" + " ".join(extra) if extra else text
+
+
 def tokenize(texts: list[str]) -> list[list[str]]:
     with _stem_lock:
-        return bm25s.tokenize(texts, lower=True, stopwords=TOKENIZER["stopwords"], stemmer=_stemmer,
-                              return_ids=False, show_progress=False)
+        return bm25s.tokenize([with_identifier_terms(t) for t in texts], lower=True,
+                              stopwords=TOKENIZER["stopwords"], stemmer=_stemmer, return_ids=False,
+                              show_progress=False)
 
 
 def _tokenize_ids(texts: list[str]) -> tuple[list[list[int]], dict[str, int]]:
     with _stem_lock:
-        out = bm25s.tokenize(texts, lower=True, stopwords=TOKENIZER["stopwords"], stemmer=_stemmer,
-                             return_ids=True, show_progress=False)
+        out = bm25s.tokenize([with_identifier_terms(t) for t in texts], lower=True,
+                             stopwords=TOKENIZER["stopwords"], stemmer=_stemmer, return_ids=True,
+                             show_progress=False)
     return out.ids, out.vocab
 
 

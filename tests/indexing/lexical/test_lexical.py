@@ -72,3 +72,17 @@ def test_deleted_units_never_come_back_after_restart(home):
     slate = memory.recall("p", "kubernetes secret rotation")
     assert [i.unit.ref for i in slate.items] == ["kept"]
     memory.close()
+
+
+@pytest.mark.parametrize(("query", "wanted"), [
+    ("keepalive expiry", "keepalive_expiry"), ("keepalive_expiry", "keepalive expiry"),
+    ("rate limit per minute", "RATE_LIMIT_PER_MINUTE"), ("response class", "JSONResponse"),
+    ("2.3.1", "v2.3.1"), ("v2.3.1", "2.3.1"),
+])
+def test_identifiers_match_by_their_parts_and_versions_whole(tmp_path, query, wanted):
+    store = DuckDBStore(tmp_path / "m.duckdb")
+    texts = [f"we set {wanted} in the config", "the v2.4.0 release notes", "lunch is at noon"]
+    store.write("p", validate_batch([{"kind": "note", "path": f"n{i}.md", "text": t} for i, t in enumerate(texts)]))
+    scores = LexicalIndex(store, tmp_path / "idx").snapshot("p").scores(query)
+    assert scores[0] > 0 and scores[1] == 0 and scores[2] == 0  # not `v2` in another version
+    store.close()
