@@ -31,6 +31,13 @@ REVOKED = """
                                  revoked_at TIMESTAMP NOT NULL);
 """
 
+# Keys of forgotten units (`ref:<ref>#<chunk>`, or `hash:<SHA-256 of the content>#<chunk>` for an
+# item without a ref; never their text), so no copy of a store (migrate) brings a forgotten unit back
+FORGOTTEN = """
+    CREATE TABLE forgotten_keys (project VARCHAR NOT NULL, key VARCHAR NOT NULL,
+                                 forgotten_at TIMESTAMP NOT NULL, PRIMARY KEY (project, key));
+"""
+
 MIGRATIONS: list[str] = [
     # 1: units, per-project generations, saved slate explanations
     UNITS + """
@@ -66,4 +73,6 @@ MIGRATIONS: list[str] = [
     """,
     # 5: revoked tokens' hashes, so no copy of a store (migrate) brings a revoked secret back
     REVOKED,
+    # 6: forgotten units' keys, so no copy of a store (migrate) brings a forgotten unit back
+    FORGOTTEN,
 ]

@@ -46,6 +46,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     emit(f"{moved.units} units copied ({moved.units_there} already there), {moved.links} supersession "
          f"links, {moved.vectors} vectors (nothing re-embedded), {moved.tokens} tokens "
          f"({moved.tokens_there} already there); saved explanations stay behind")
+    if moved.forgotten:
+        emit(f"{moved.forgotten} units left out: they were forgotten in the target, and migrate never "
+             "brings a forgotten unit back (remember it there again if it should return)")
     if moved.tokens_left:
         emit(f"tokens not copied: {', '.join(moved.tokens_left)}")
     conflicts = list(dict.fromkeys(moved.conflicts))
