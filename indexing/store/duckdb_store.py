@@ -177,9 +177,10 @@ class DuckDBVectors(SqlVectors):
                     "vec = excluded.vec") if upsert else ""
         try:
             with self.store.transaction() as cur:
-                cur.execute(
-                    f"""INSERT INTO vectors SELECT unnest(?::BIGINT[]), ?, unnest(?::VARCHAR[]),
-                        unnest(?::BLOB[]) {conflict}""", [[u.id for u in units], self.model, hashes, blobs])
+                cur.execute(  # a unit forgotten while it was being embedded gets no vector
+                    f"""INSERT INTO vectors SELECT * FROM (SELECT unnest(?::BIGINT[]) AS unit_id, ?,
+                        unnest(?::VARCHAR[]), unnest(?::BLOB[])) v WHERE v.unit_id IN (SELECT id FROM units)
+                        {conflict}""", [[u.id for u in units], self.model, hashes, blobs])
                 self._bump(cur, units)
         finally:
             self._forget(units)

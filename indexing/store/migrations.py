@@ -38,6 +38,10 @@ FORGOTTEN = """
                                  forgotten_at TIMESTAMP NOT NULL, PRIMARY KEY (project, key));
 """
 
+ORPHANS = """
+    DELETE FROM vectors WHERE NOT EXISTS (SELECT 1 FROM units WHERE units.id = vectors.unit_id);
+"""
+
 MIGRATIONS: list[str] = [
     # 1: units, per-project generations, saved slate explanations
     UNITS + """
@@ -75,4 +79,6 @@ MIGRATIONS: list[str] = [
     REVOKED,
     # 6: forgotten units' keys, so no copy of a store (migrate) brings a forgotten unit back
     FORGOTTEN,
+    # 7: the vectors (and text hashes) of units forgotten before forget removed them too
+    ORPHANS,
 ]

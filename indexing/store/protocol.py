@@ -88,8 +88,6 @@ class VectorRows(Protocol):
         """Whether this process may embed now: one backfill at a time across processes."""
         ...
 
-    def drop_orphans(self) -> None: ...
-
 
 class Store(Protocol):
     """The rows of every project. Thread-safe; writes are all-or-nothing per call."""

@@ -22,6 +22,7 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, generation_and_log, row_to_unit, scan_units
 from agentmemrec.indexing.store.generations import CarriedCache, Generations
 from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
+from agentmemrec.indexing.store.vectors import drop_vectors
 from agentmemrec.indexing.store.writes import Prepared, now, resolve_all, unlink_forgotten, write_batch
 from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash, id_hint
 
@@ -100,6 +101,7 @@ class SqlStore(ABC):
             removed: list[int] = []
             results = write_batch(cur, project, prepared, removed, fast)
             changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
+            drop_vectors(cur, removed)  # the chunks a shorter note no longer has
             if changed or removed:
                 self._bump(cur, project, changed + removed)
         return results
@@ -132,6 +134,7 @@ class SqlStore(ABC):
             cur.execute("INSERT INTO forgotten_keys SELECT project, key, ? FROM units WHERE id IN "
                         "(SELECT unnest(?::BIGINT[])) ON CONFLICT DO NOTHING", [now(), ids])
             cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
+            drop_vectors(cur, ids)
             self._bump(cur, project, ids)
         return ids
 
