@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agentmemrec.indexing.errors import StoreError
+
 # Migration 1's units table, the first migration of both backends (pg_migrations). History: a
 # change is a new migration in each, never an edit here.
 UNITS = """
@@ -82,3 +84,13 @@ MIGRATIONS: list[str] = [
     # 7: the vectors (and text hashes) of units forgotten before forget removed them too
     ORPHANS,
 ]
+
+
+def check_known(done: set[int], known: int, where: str) -> None:
+    """Refuse a store that a newer version migrated past the `known` migrations this code has:
+    its writes would fail on columns this code does not fill, or worse, succeed half-right."""
+    newer = sorted(v for v in done if v > known)
+    if newer:
+        raise StoreError(f"the memory store {where} was migrated by a newer AgentMemRec (schema version "
+                         f"{newer[-1]}; this one knows up to {known}): upgrade this AgentMemRec "
+                         "(pip install -U agentmemrec) before using that store")

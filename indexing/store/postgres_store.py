@@ -30,6 +30,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.store.generations import Generations
+from agentmemrec.indexing.store.migrations import check_known
 from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
 from agentmemrec.indexing.store.pg_vectors import PgVectors
 from agentmemrec.indexing.store.protocol import WriteResult
@@ -170,6 +171,7 @@ class PostgresStore(SqlStore):
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                          "(version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
             done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+            check_known(done, len(MIGRATIONS), f"at {self.where} (schema {self.schema})")
             for version, sql in enumerate(MIGRATIONS, start=1):
                 if version not in done:
                     conn.execute(sql)

@@ -3,6 +3,8 @@ PostgreSQL database); what only DuckDB has (its file, one process's cache) on Du
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import duckdb
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from agentmemrec.indexing.store.migrations import ORPHANS
 from agentmemrec.indexing.store.protocol import Store
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.cli import main
 
 from helpers import BOTH
 
@@ -378,3 +381,22 @@ def test_vectors_left_by_units_forgotten_before_are_removed_once_at_open(reopen)
     store = reopen()
     assert [r[0] for r in vector_rows(store)] == [kept]
     store.close()
+
+
+@BOTH
+def test_a_store_migrated_by_a_newer_version_is_refused_with_one_clear_line(reopen, tmp_path, store_url,
+                                                                            monkeypatch, capsys):
+    """Before, a write failed with the database's own error (a column this version does not fill)."""
+    store = reopen()
+    with store.transaction() as cur:  # what a newer version's migration leaves
+        cur.execute("ALTER TABLE units ADD COLUMN visibility VARCHAR")
+        cur.execute("INSERT INTO schema_migrations VALUES (?, ?)", [store.schema_version + 1, datetime(2030, 1, 1)])
+    store.close()
+    items = tmp_path / "one.jsonl"
+    items.write_text('{"kind": "turn", "text": "hello from an older version"}\n')
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path))
+    assert main(["import", str(items), "--project", "p", *(["--store", store_url] if store_url else [])]) == 1
+    err = capsys.readouterr().err
+    assert f"was migrated by a newer AgentMemRec (schema version {store.schema_version + 1}; this one " \
+           f"knows up to {store.schema_version}): upgrade this AgentMemRec" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
