@@ -164,6 +164,11 @@ async def test_a_database_restart_gives_clear_errors_writes_no_half_batch_and_re
             reply = await raw.post(servers[0].url, json={}, headers={"Authorization": f"Bearer {unseen}"})
         assert reply.status_code == 503 and reply.headers["retry-after"] == "5", reply.text
         assert "cannot be reached to check this token" in reply.json()["error_description"]
+        async with httpx2.AsyncClient() as raw:  # a hook gets nothing to add, and the prompt goes on
+            reply = await raw.post(servers[0].url.replace("/mcp", "/hooks/claude-code?project=alpha"),
+                                   headers={"Authorization": f"Bearer {unseen}"},
+                                   json={"hook_event_name": "UserPromptSubmit", "prompt": "which broker now"})
+        assert (reply.status_code, reply.text) == (200, ""), reply.text
         await anyio.to_thread.run_sync(own_postgres.start)
         with anyio.fail_after(30):  # the same processes answer again
             for i, client in enumerate(clients):
