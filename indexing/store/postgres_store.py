@@ -125,6 +125,7 @@ class PostgresStore(SqlStore):
                 if self.schema is None:
                     raise StoreError(f"the search_path of {self.where} names no existing schema; "
                                      "create it or fix the URL's options")
+                self._check_vector_type(conn)
                 self._migrate(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the PostgreSQL store at {self.where}: {exc}") from exc
@@ -163,6 +164,21 @@ class PostgresStore(SqlStore):
         """A 64-bit advisory lock key for a name in this schema."""
         digest = hashlib.blake2b("\x1f".join((self.schema, *names)).encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big", signed=True)
+
+    def _check_vector_type(self, conn: psycopg.Connection) -> None:
+        """pgvector's `halfvec` must be on the URL's search_path; an extension installed in another
+        schema (an administrator's, in `public`) is not, unless the URL names that schema too."""
+        row = conn.execute("SELECT n.nspname, e.extversion, to_regtype('halfvec'), "
+                           "to_regtype(quote_ident(n.nspname) || '.halfvec') FROM pg_extension e JOIN "
+                           "pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'").fetchone()
+        if row is None or row[2] is not None:  # none yet (the first migration creates it), or found
+            return
+        if row[3] is None:
+            raise StoreError(f"pgvector {row[1]} at {self.where} has no halfvec type: 0.7 or later is needed "
+                             "(an administrator runs ALTER EXTENSION vector UPDATE)")
+        fixed = quote(f"-c search_path={self.schema},{row[0]}")
+        raise StoreError(f"pgvector's halfvec type at {self.where} is in schema {row[0]}, which the URL's "
+                         f"search_path leaves out: add it, as in ?options={fixed}")
 
     def _migrate(self, conn: psycopg.Connection) -> None:
         """Numbered migrations, each once, one process at a time (the others wait, then see them)."""

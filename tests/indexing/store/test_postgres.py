@@ -18,11 +18,12 @@ from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
-from agentmemrec.indexing.store.postgres_store import PostgresStore
+from agentmemrec.indexing.store.postgres_store import PostgresStore, fresh_schema
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.ranking.slate import build_slate
+from agentmemrec.server.cli import main
 
 from helpers import BagOfWords
 
@@ -185,3 +186,15 @@ def test_vectors_come_back_as_the_float16_values_duckdb_keeps(tmp_path, pg_url):
 def test_an_unreachable_database_is_a_clear_store_error():
     with pytest.raises(StoreError, match="cannot open the PostgreSQL store at 127.0.0.1:1/memory"):
         PostgresStore("postgresql://someone:secret@127.0.0.1:1/memory")
+
+
+def test_a_search_path_without_pgvectors_schema_is_refused_with_the_fix(pg_admin, home, capsys):
+    """Before, the first migration failed with `type "halfvec" does not exist`."""
+    name = f"team_{random.randrange(10 ** 9)}"
+    fresh_schema(pg_admin, name)  # pgvector lives in public, as an administrator installed it
+    url = f"{pg_admin}{'&' if '?' in pg_admin else '?'}options=-c%20search_path%3D{name}"
+    assert main(["stats", "--store", url]) == 1
+    err = capsys.readouterr().err
+    assert f"is in schema public, which the URL's search_path leaves out: add it, as in " \
+           f"?options=-c%20search_path%3D{name}%2Cpublic" in err and len(err.strip().splitlines()) == 1
+    assert main(["stats", "--store", f"{url}%2Cpublic"]) == 0
