@@ -252,6 +252,7 @@ class Memory:
                pool_size: int | None = None) -> "Selection":
         """Stages 2 and 3: the candidate pool and its ranking (independent of the budget)."""
         self._say_problems()
+        self.store.refresh(project)  # another process's acknowledged write is in this recall
         excluded = self.store.ineligible_ids(project, as_of)
         size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
         channels, ranker, notes, left_out = self.channels, self.ranker, [], set()

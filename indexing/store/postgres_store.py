@@ -236,6 +236,18 @@ class PostgresStore(SqlStore):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield PgCursor(conn.cursor())
 
+    def refresh(self, project: str) -> None:
+        """A write another process acknowledged may still have its NOTIFY on the way to the
+        listener: the project's generations are read (one small query) and a cached one that
+        moved is forgotten, so this recall catches up with every write committed before it."""
+        if not self.generations.listening:
+            return  # nothing is cached: every generation is read afresh
+        for model, generation in self.fetch(
+                "SELECT NULL, generation FROM projects WHERE project = ? UNION ALL "
+                "SELECT model, generation FROM vector_state WHERE project = ?", [project, project]):
+            key = ("units", project) if model is None else ("vectors", project, model)
+            self.generations.settle(key, int(generation))
+
     def _moved(self, cur: Cursor, key: tuple[str, ...]) -> None:
         cur.execute("SELECT pg_notify(?, ?)", [self.channel, json.dumps(key)])
 

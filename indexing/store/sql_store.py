@@ -158,6 +158,11 @@ class SqlStore(ABC):
 
     # ---- what derived indexes follow ---------------------------------------------------------
 
+    def refresh(self, project: str) -> None:
+        """Before a recall: make the project's cached generations current, so that it sees every
+        write acknowledged before it began. Nothing to do where every write goes through this
+        process (DuckDB), which forgets them itself."""
+
     def generation(self, project: str) -> int:
         def load() -> int:
             row = self.fetch_one("SELECT generation FROM projects WHERE project = ?", [project])

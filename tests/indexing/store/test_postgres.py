@@ -198,3 +198,20 @@ def test_a_search_path_without_pgvectors_schema_is_refused_with_the_fix(pg_admin
     assert f"is in schema public, which the URL's search_path leaves out: add it, as in " \
            f"?options=-c%20search_path%3D{name}%2Cpublic" in err and len(err.strip().splitlines()) == 1
     assert main(["stats", "--store", f"{url}%2Cpublic"]) == 0
+
+
+def test_a_write_another_store_acknowledged_is_in_the_next_recall_before_its_notify_is_heard(pg_url, monkeypatch):
+    """Read-your-write across replicas: before, a recall answered from the generation cached until
+    the listener processed the write's NOTIFY, and missed the write (1 to 7 times in 40)."""
+    embedder = BagOfWords()
+    writer, reader = memory_on(PostgresStore(pg_url), embedder), memory_on(PostgresStore(pg_url), embedder)
+    writer.remember("p", [{"kind": "turn", "ref": "old", "text": "redis caches sessions"}])
+    anyio.run(_until, lambda: reader.store.generations.listening)
+    assert [i.unit.ref for i in reader.recall("p", "redis caches").items] == ["old"]  # generations cached
+    monkeypatch.setattr(reader.store.generations, "forget", lambda key: None)  # its NOTIFY not heard yet
+    writer.remember("p", [{"kind": "turn", "ref": "new", "text": "kafka partitions payment events"}])
+    embed_pending(writer.dense.vectors, embedder)
+    assert "new" in [i.unit.ref for i in reader.recall("p", "kafka partitions").items]
+    assert reader.dense.snapshot("p").ids.size == 2
+    writer.close()
+    reader.close()
