@@ -188,7 +188,8 @@ class Memory:
             out.append("candidates come from BM25 alone: no embedder is active (the default set adds the "
                        "dense channel and the cross-encoder: agentmemrec models install --default, or "
                        "agentmemrec models activate NAME for one installed)")
-        if self.dense is not None and not (self.worker is not None and self.worker.idle):
+        # an idle worker embedded this process's writes, not those of others sharing the store (no index_dir)
+        if self.dense is not None and not (self.worker is not None and self.worker.idle and self.store.index_dir):
             pending = self.dense.vectors.count_pending(project)
             if pending:
                 out.append(f"{pending} units not yet embedded: they are found by BM25 only until "

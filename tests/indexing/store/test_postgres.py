@@ -12,7 +12,7 @@ import anyio
 import numpy as np
 import pytest
 
-from agentmemrec.indexing.dense.backfill import embed_pending
+from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
@@ -213,5 +213,19 @@ def test_a_write_another_store_acknowledged_is_in_the_next_recall_before_its_not
     embed_pending(writer.dense.vectors, embedder)
     assert "new" in [i.unit.ref for i in reader.recall("p", "kafka partitions").items]
     assert reader.dense.snapshot("p").ids.size == 2
+    writer.close()
+    reader.close()
+
+
+def test_a_replica_whose_embedder_is_idle_notes_the_units_another_replica_wrote_and_not_yet_embedded(pg_url):
+    """Before, its notes said nothing (its own worker was idle) and the slate was BM25's alone."""
+    embedder = BagOfWords()
+    writer = memory_on(PostgresStore(pg_url), embedder)
+    reader = memory_on(PostgresStore(pg_url), embedder)
+    reader.worker = EmbeddingWorker(reader.dense.vectors, embedder).start()
+    assert reader.worker.wait_idle(timeout=60)
+    with writer.dense.vectors.claim():  # the writer's replica embeds (later)
+        writer.remember("p", [{"kind": "turn", "text": f"rotating credentials for service {i}"} for i in range(30)])
+        assert "30 units not yet embedded" in " ".join(reader.recall("p", "rotate credentials").notes)
     writer.close()
     reader.close()
