@@ -28,7 +28,7 @@ import psycopg
 import psycopg.sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.errors import StoreError, StoreUnavailable
 from agentmemrec.indexing.store.generations import Generations
 from agentmemrec.indexing.store.migrations import check_known
 from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
@@ -206,11 +206,12 @@ class PostgresStore(SqlStore):
                 yield conn
         except PoolTimeout as exc:
             self._reachable = False
-            raise StoreError(f"the PostgreSQL store at {self.where} cannot be reached (no connection); "
-                             "nothing was written; retry once it is back") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"the PostgreSQL store at {self.where} failed: {exc}; a write in flight "
-                             "was applied whole or not at all, so repeating it is safe") from exc
+            raise StoreUnavailable(f"the PostgreSQL store at {self.where} cannot be reached (no connection); "
+                                   "nothing was written; retry once it is back") from exc
+        except psycopg.Error as exc:  # an OperationalError: the connection went (a restart)
+            kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
+            raise kind(f"the PostgreSQL store at {self.where} failed: {exc}; a write in flight "
+                       "was applied whole or not at all, so repeating it is safe") from exc
 
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
