@@ -4,8 +4,11 @@ run copies nothing and an interrupted run resumes."""
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 
+import anyio
 import pytest
 
 from agentmemrec.indexing.dense.backfill import embed_pending
@@ -177,3 +180,22 @@ def test_a_unit_forgotten_in_the_team_store_is_not_copied_back_by_a_later_migrat
     team.close()
     assert main(["migrate", "--to", pg_url]) == 0
     assert capsys.readouterr().out.startswith("0 units copied (2 already there)")
+
+
+@pytest.mark.anyio
+async def test_migrate_while_an_agentmemrec_owner_holds_the_home_says_which_process_and_how_to_stop_it(
+        local, pg_url, capsys):
+    """Before: 'is open in another program: IO Error: Could not set lock ... See also duckdb.org'."""
+    cmd = [sys.executable, "-m", "agentmemrec.server.cli", "owner"]
+    async with await anyio.open_process(cmd, env={**os.environ, "AGENTMEMREC_HOME": str(local)}) as owner:
+        with anyio.fail_after(120):
+            log = b""
+            async for chunk in owner.stderr:
+                log += chunk
+                if b"owning the memory store" in log:
+                    break
+        assert await anyio.to_thread.run_sync(main, ["migrate", "--to", pg_url]) == 2
+        owner.terminate()
+    err = capsys.readouterr().err
+    assert f"an AgentMemRec process (pid {owner.pid}) owns the memory store in {local}" in err
+    assert f"kill {owner.pid}), then run migrate again (nothing was copied)" in err and "duckdb.org" not in err
