@@ -188,7 +188,8 @@ class Memory:
             out.append("candidates come from BM25 alone: no embedder is active (the default set adds the "
                        "dense channel and the cross-encoder: agentmemrec models install --default, or "
                        "agentmemrec models activate NAME for one installed)")
-        if self.dense is not None and not (self.worker is not None and self.worker.idle):
+        # an idle worker embedded this process's writes, not those of others sharing the store (no index_dir)
+        if self.dense is not None and not (self.worker is not None and self.worker.idle and self.store.index_dir):
             pending = self.dense.vectors.count_pending(project)
             if pending:
                 out.append(f"{pending} units not yet embedded: they are found by BM25 only until "
@@ -252,6 +253,7 @@ class Memory:
                pool_size: int | None = None) -> "Selection":
         """Stages 2 and 3: the candidate pool and its ranking (independent of the budget)."""
         self._say_problems()
+        self.store.refresh(project)  # another process's acknowledged write is in this recall
         excluded = self.store.ineligible_ids(project, as_of)
         size = (self.config.pool_size if pool_size is None else pool_size) or max(self.store.count_units(project), 1)  # 0: the whole history
         channels, ranker, notes, left_out = self.channels, self.ranker, [], set()

@@ -18,7 +18,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
 from starlette.middleware.authentication import AuthenticationMiddleware
 
-from agentmemrec.indexing.errors import InputError, StoreError
+from agentmemrec.indexing.errors import InputError, StoreError, StoreUnavailable
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
@@ -64,6 +64,9 @@ def _core(fn: Callable[..., T], *args: Any, refused: str = "", **kwargs: Any) ->
         return fn(*args, **kwargs)
     except InputError as exc:
         raise ToolError(f"{exc}{refused}") from exc
+    except StoreUnavailable as exc:  # an outage: the model reads it, and may say so or retry later
+        log.error("store error: %s", exc)
+        raise ToolError(f"memory store unavailable: {exc}") from exc
     except StoreError as exc:
         log.error("store error: %s", exc)
         raise MCPError(-32603, f"memory store unavailable: {exc}") from exc

@@ -27,6 +27,7 @@ from agentmemrec.server.settings import Access
 
 log = logging.getLogger("agentmemrec.auth")
 ACCEPTED_KEPT = 1000  # tokens remembered as accepted, for an outage of the store
+HOOKS = "/hooks/"  # where the client's hooks POST their events (server/hook_http.py)
 
 
 def auth_settings() -> AuthSettings:
@@ -77,8 +78,13 @@ class TokenUncheckable(AuthenticationError):
     """A token this process has not accepted before, while the store cannot be read."""
 
 
-def store_unavailable(_conn: HTTPConnection, exc: AuthenticationError) -> Response:
-    """The bearer middleware's answer to a token that could not be checked: 503, try again."""
+def store_unavailable(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+    """The bearer middleware's answer to a token that could not be checked: 503, try again. The
+    middleware covers the hook routes too, where it is an empty 200 (nothing added to the
+    prompt, which goes on), as every other failure of a hook is."""
+    if isinstance(exc, TokenUncheckable) and conn.url.path.startswith(HOOKS):
+        log.warning("hook over HTTP answered nothing: %s", exc)
+        return Response(status_code=200)
     status = 503 if isinstance(exc, TokenUncheckable) else 400
     return JSONResponse({"error": "store_unavailable" if status == 503 else "invalid_request",
                          "error_description": str(exc)}, status_code=status,

@@ -8,11 +8,14 @@ owner process (asked over its socket by `agentmemrec hook`) or in `serve --http`
 - `SessionStart`: the project's decisions in force (`ranking/digest.py`) under their own budget.
 
 The project is the one `--project` names, else the one the event's `cwd` maps to, exactly as the
-transcript capture maps a session (`--project-map`, else the git repository's name).
+transcript capture maps a session (`--project-map`, else the git repository's name); over HTTP,
+where the cwd is on the caller's machine, by its folder names (`caller_project`).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any, Mapping
 
 from agentmemrec.indexing.errors import InputError
@@ -23,6 +26,8 @@ from agentmemrec.ranking.learned import weights_of
 from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET, Memory
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server.hook_process import DIGEST_BUDGET, MAX_HOOK_BUDGET, PROMPT_BUDGET
+
+log = logging.getLogger("agentmemrec.hooks")
 
 # The evidence is weak below this top score of the ranker. Measured by bench/hook_evidence.py
 # (bench/results/hook-evidence.json, docs/clients.md). It is one raw-score threshold for every
@@ -42,8 +47,28 @@ MIN_PROMPT_WORDS = 2  # "yes", "continue": nothing to look up
 def project_for(event: Mapping[str, Any], options: Mapping[str, Any]) -> str | None:
     if options.get("project"):
         return check_project(options["project"])
-    cwd = event.get("cwd")
-    return ProjectMap.load(options.get("project_map")).project_for(cwd if isinstance(cwd, str) else None)
+    cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
+    projects, allowed = ProjectMap.load(options.get("project_map")), options.get("allowed")
+    if allowed is None:  # the hook process, on the machine the cwd is on
+        return projects.project_for(cwd)
+    return caller_project(projects, cwd, list(allowed))
+
+
+def caller_project(projects: ProjectMap, cwd: str | None, allowed: list[str]) -> str | None:
+    """Over HTTP the cwd is a folder on the caller's machine, whose repository this server cannot
+    look into: the project map's prefix, else the deepest folder name that is a project the
+    token may use (a session started in `~/src/payments/services/api` is `payments`'s), else the
+    token's only project; else none, logged."""
+    mapped = projects.prefix_for(cwd) if cwd else None
+    if mapped is not None:
+        return mapped[1]
+    named = next((part for part in reversed(re.split(r"[\\/]", cwd or "")) if part in allowed), None)
+    if named is None and len(allowed) == 1:
+        return allowed[0]
+    if named is None:
+        log.info("hook over HTTP: no folder of %r names one of the token's projects (%s): nothing added; "
+                 "give the hook's URL ?project=P", cwd, ", ".join(allowed))
+    return named
 
 
 def hook_budget(value: Any, default: int) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.dense.remote import Unreachable
+from agentmemrec.indexing.errors import StoreUnavailable
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 from agentmemrec.indexing.store.protocol import VectorRows
 
@@ -61,6 +62,7 @@ class EmbeddingWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Event()
+        self._outage = False  # the store could not be reached at the last pass
         self._thread = threading.Thread(target=self._run, name="agentmemrec-embedder", daemon=True)
 
     def start(self) -> "EmbeddingWorker":
@@ -97,12 +99,19 @@ class EmbeddingWorker:
             self._wake.clear()
             try:
                 n = embed_pending(self.vectors, self.embedder, limit=WORKER_CALL, stop=self._stop.is_set)
+                if self._outage:
+                    log.info("the store answers again: background embedding resumes")
+                    self._outage = False
                 if n:
                     log.debug("embedded %d units", n)
                     self._wake.set()  # more may be waiting
                     continue
             except Unreachable:  # its client said so once, not at every wake-up; the next one retries
                 pass
+            except StoreUnavailable as exc:  # an outage: one line for all of it; the next wake-up retries
+                if not self._outage:
+                    log.warning("background embedding waits for the store: %s", exc)
+                self._outage = True
             except Exception:  # keep serving lexically; the next wake-up retries
                 log.exception("background embedding failed")
             if not self._wake.is_set():

@@ -168,10 +168,13 @@ class ProjectMap:
     def project_for(self, cwd: str | None) -> str | None:
         if not cwd:
             return None
-        for prefix, project in self.prefixes:
-            if cwd == prefix or cwd.startswith(prefix + "/"):
-                return project
-        return _project_name(main_worktree(git_root(cwd)).name)
+        mapped = self.prefix_for(cwd)
+        return mapped[1] if mapped is not None else _project_name(main_worktree(git_root(cwd)).name)
+
+    def prefix_for(self, cwd: str) -> tuple[str, str | None] | None:
+        """The longest mapped prefix at or above `cwd`, with its project; None when none is."""
+        return next(((prefix, project) for prefix, project in self.prefixes
+                     if cwd == prefix or cwd.startswith(prefix + "/")), None)
 
 
 @lru_cache(maxsize=1024)

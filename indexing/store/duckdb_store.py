@@ -18,7 +18,7 @@ import numpy as np
 
 from agentmemrec.indexing.errors import StoreError, StoreLocked
 from agentmemrec.indexing.store.generations import Generations
-from agentmemrec.indexing.store.migrations import MIGRATIONS
+from agentmemrec.indexing.store.migrations import MIGRATIONS, check_known
 from agentmemrec.indexing.store.protocol import Vectors, WriteResult
 from agentmemrec.indexing.store.sql_store import Cursor, SqlStore
 from agentmemrec.indexing.store.vectors import SqlVectors
@@ -78,6 +78,9 @@ class DuckDBStore(SqlStore):
         except duckdb.Error as exc:  # e.g. a truncated file fails at its first read
             self._conn.close()
             raise _open_error(self.path, exc) from exc
+        except StoreError:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         self._conn.close()
@@ -97,6 +100,7 @@ class DuckDBStore(SqlStore):
         cur.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                     "(version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
         done = {v for (v,) in cur.execute("SELECT version FROM schema_migrations").fetchall()}
+        check_known(done, len(MIGRATIONS), str(self.path))
         for version, sql in enumerate(MIGRATIONS, start=1):
             if version not in done:
                 with self.transaction() as tx:
@@ -177,9 +181,10 @@ class DuckDBVectors(SqlVectors):
                     "vec = excluded.vec") if upsert else ""
         try:
             with self.store.transaction() as cur:
-                cur.execute(
-                    f"""INSERT INTO vectors SELECT unnest(?::BIGINT[]), ?, unnest(?::VARCHAR[]),
-                        unnest(?::BLOB[]) {conflict}""", [[u.id for u in units], self.model, hashes, blobs])
+                cur.execute(  # a unit forgotten while it was being embedded gets no vector
+                    f"""INSERT INTO vectors SELECT * FROM (SELECT unnest(?::BIGINT[]) AS unit_id, ?,
+                        unnest(?::VARCHAR[]), unnest(?::BLOB[])) v WHERE v.unit_id IN (SELECT id FROM units)
+                        {conflict}""", [[u.id for u in units], self.model, hashes, blobs])
                 self._bump(cur, units)
         finally:
             self._forget(units)

@@ -42,6 +42,12 @@ class Generations:
         with self._lock:
             self._values.pop(key, None)
 
+    def settle(self, key: tuple[str, ...], value: int) -> None:
+        """Forget a cached value other than `value`, which was just read from the store."""
+        with self._lock:
+            if self._values.get(key, value) != value:
+                del self._values[key]
+
     def clear(self) -> None:
         """On open: while no Store here had the file open, another process may have written."""
         with self._lock:

@@ -6,12 +6,13 @@ target catch up. A row is keyed by (project, key) there as everywhere, so a seco
 nothing that is already there and an interrupted run resumes where it stopped. A key the target
 holds with other content (another developer's unit under the same ref, or one changed here since
 the last run) is a conflict: it is reported and left as the target has it, and no link is made
-to or from it. Unit ids are the target's own (a team database holds other developers' units):
-supersession links are mapped once a project's rows are in, and only fill links the target does
-not have, and vectors follow under the new ids, so nothing is embedded again. Tokens (only their
-hashes) come too, those whose projects are all among the ones copied; a name the target holds
-with another secret, or a secret revoked there, is reported and left out. Saved explanations do
-not come: they explain recalls the old store answered.
+to or from it. A key forgotten in the target (`forgotten_keys`) is left out and counted: a forget
+there is not undone by the next run. Unit ids are the target's own (a team database holds other
+developers' units): supersession links are mapped once a project's rows are in, and only fill
+links the target does not have, and vectors follow under the new ids, so nothing is embedded
+again. Tokens (only their hashes) come too, those whose projects are all among the ones copied; a
+name the target holds with another secret, or a secret revoked there, is reported and left out.
+Saved explanations do not come: they explain recalls the old store answered.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Moved:
     vectors: int = 0
     tokens: int = 0
     tokens_there: int = 0
+    forgotten: int = 0  # units left out: forgotten in the target, never brought back
     conflicts: list[str] = field(default_factory=list)  # project/ref held with other content there
     tokens_left: list[str] = field(default_factory=list)  # "name (why)"
 
@@ -92,25 +94,30 @@ def _copy_units(source: SqlStore, target: SqlStore, project: str, moved: Moved,
     the target now holds with the same content (a conflicting key maps to nothing)."""
     ids: dict[int, int] = {}
     last = -1
+    # a unit forgotten in the target stays forgotten (unless someone there wrote it again)
+    forgotten = {k for (k,) in target.fetch("SELECT key FROM forgotten_keys WHERE project = ?", [project])}
     while rows := source.fetch(f"SELECT id, {COLUMNS} FROM units WHERE project = ? AND id > ? ORDER BY id LIMIT ?",
                                [project, last, WINDOW]):
         last = rows[-1][0]
-        columns = [list(col) for col in zip(*(r[1:] for r in rows))]
+        columns = [list(col) for col in zip(*(r[1:] for r in rows if r[1] not in forgotten))]
         with target.transaction(project) as cur:
             # seq is the target's, taken in the source's id order: it orders turns recorded at
             # the same time as the source did
             inserted = [r[0] for r in cur.execute(
                 f"INSERT INTO units (project, {COLUMNS}, seq) SELECT ?, "
                 f"{', '.join(f'unnest(?::{t}[])' for t in TYPES)}, nextval('unit_seq') "
-                "ON CONFLICT (project, key) DO NOTHING RETURNING id", [project, *columns]).fetchall()]
+                "ON CONFLICT (project, key) DO NOTHING RETURNING id", [project, *columns]).fetchall()
+            ] if columns else []
             if inserted:
                 target._bump(cur, project, inserted)
             found = {key: (uid, chash) for key, uid, chash in cur.execute(
                 "SELECT key, id, content_hash FROM units WHERE project = ? AND key IN "
-                "(SELECT unnest(?::VARCHAR[]))", [project, columns[0]]).fetchall()}
-        same = [r for r in rows if found[r[1]][1] == r[5]]  # r[5]: the source's content_hash
+                "(SELECT unnest(?::VARCHAR[]))", [project, [r[1] for r in rows]]).fetchall()}
+        there = [r for r in rows if r[1] in found]
+        same = [r for r in there if found[r[1]][1] == r[5]]  # r[5]: the source's content_hash
         ids.update((r[0], found[r[1]][0]) for r in same)
-        moved.conflicts.extend(dict.fromkeys(f"{project}/{r[3] or r[1]}" for r in rows if found[r[1]][1] != r[5]))
+        moved.conflicts.extend(dict.fromkeys(f"{project}/{r[3] or r[1]}" for r in there if found[r[1]][1] != r[5]))
+        moved.forgotten += len(rows) - len(there)
         moved.units += len(inserted)
         moved.units_there += len(same) - len(inserted)
         progress(len(rows))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agentmemrec.indexing.errors import StoreError
+
 # Migration 1's units table, the first migration of both backends (pg_migrations). History: a
 # change is a new migration in each, never an edit here.
 UNITS = """
@@ -29,6 +31,17 @@ UNITS = """
 REVOKED = """
     CREATE TABLE revoked_tokens (secret_sha256 VARCHAR PRIMARY KEY, name VARCHAR NOT NULL,
                                  revoked_at TIMESTAMP NOT NULL);
+"""
+
+# Keys of forgotten units (`ref:<ref>#<chunk>`, or `hash:<SHA-256 of the content>#<chunk>` for an
+# item without a ref; never their text), so no copy of a store (migrate) brings a forgotten unit back
+FORGOTTEN = """
+    CREATE TABLE forgotten_keys (project VARCHAR NOT NULL, key VARCHAR NOT NULL,
+                                 forgotten_at TIMESTAMP NOT NULL, PRIMARY KEY (project, key));
+"""
+
+ORPHANS = """
+    DELETE FROM vectors WHERE NOT EXISTS (SELECT 1 FROM units WHERE units.id = vectors.unit_id);
 """
 
 MIGRATIONS: list[str] = [
@@ -66,4 +79,18 @@ MIGRATIONS: list[str] = [
     """,
     # 5: revoked tokens' hashes, so no copy of a store (migrate) brings a revoked secret back
     REVOKED,
+    # 6: forgotten units' keys, so no copy of a store (migrate) brings a forgotten unit back
+    FORGOTTEN,
+    # 7: the vectors (and text hashes) of units forgotten before forget removed them too
+    ORPHANS,
 ]
+
+
+def check_known(done: set[int], known: int, where: str) -> None:
+    """Refuse a store that a newer version migrated past the `known` migrations this code has:
+    its writes would fail on columns this code does not fill, or worse, succeed half-right."""
+    newer = sorted(v for v in done if v > known)
+    if newer:
+        raise StoreError(f"the memory store {where} was migrated by a newer AgentMemRec (schema version "
+                         f"{newer[-1]}; this one knows up to {known}): upgrade this AgentMemRec "
+                         "(pip install -U agentmemrec) before using that store")

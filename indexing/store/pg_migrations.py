@@ -7,7 +7,7 @@ the shared SQL's lookups by project and ref, session, time and id window.
 
 from __future__ import annotations
 
-from agentmemrec.indexing.store.migrations import REVOKED, UNITS
+from agentmemrec.indexing.store.migrations import FORGOTTEN, ORPHANS, REVOKED, UNITS
 
 MIGRATIONS: list[str] = [
     # 1: units, projects and their change log, vectors and theirs, saved explanations, tokens
@@ -40,4 +40,8 @@ MIGRATIONS: list[str] = [
     """,
     # 2: revoked tokens' hashes, so no copy of a store (migrate) brings a revoked secret back
     REVOKED,
+    # 3: forgotten units' keys, so no copy of a store (migrate) brings a forgotten unit back
+    FORGOTTEN,
+    # 4: the vectors (and text hashes) of units forgotten before forget removed them too
+    ORPHANS,
 ]

@@ -50,11 +50,17 @@ class PgVectors(SqlVectors):
     def put(self, units: list[Unit], vectors: np.ndarray, hashes: list[str]) -> None:
         try:
             with self.store.transaction() as cur:
+                # a unit forgotten while it was being embedded gets no vector: a forget holds its
+                # project's lock, so once these are held every forget is committed or not begun
+                for key in sorted(self.store.lock_key("project", p) for p in {u.project for u in units}):
+                    cur.execute("SELECT pg_advisory_xact_lock(?)", [key])  # in one order: no deadlock
+                ids = [u.id for u in units]
                 cur.execute(
-                    """INSERT INTO vectors SELECT unnest(?::BIGINT[]), ?, unnest(?::VARCHAR[]),
-                       unnest(?::VARCHAR[])::halfvec ON CONFLICT (unit_id, model) DO UPDATE
+                    """INSERT INTO vectors SELECT * FROM (SELECT unnest(?::BIGINT[]) AS unit_id, ?,
+                       unnest(?::VARCHAR[]), unnest(?::VARCHAR[])::halfvec) v WHERE v.unit_id IN
+                       (SELECT id FROM units WHERE id = ANY(?::BIGINT[])) ON CONFLICT (unit_id, model) DO UPDATE
                        SET content_hash = excluded.content_hash, vec = excluded.vec""",
-                    [[u.id for u in units], self.model, hashes, [halfvec_text(v) for v in vectors]])
+                    [ids, self.model, hashes, [halfvec_text(v) for v in vectors], ids])
                 self._bump(cur, units)
         finally:
             self._forget(units)

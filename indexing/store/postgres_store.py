@@ -28,8 +28,9 @@ import psycopg
 import psycopg.sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.errors import StoreError, StoreUnavailable
 from agentmemrec.indexing.store.generations import Generations
+from agentmemrec.indexing.store.migrations import check_known
 from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
 from agentmemrec.indexing.store.pg_vectors import PgVectors
 from agentmemrec.indexing.store.protocol import WriteResult
@@ -124,6 +125,7 @@ class PostgresStore(SqlStore):
                 if self.schema is None:
                     raise StoreError(f"the search_path of {self.where} names no existing schema; "
                                      "create it or fix the URL's options")
+                self._check_vector_type(conn)
                 self._migrate(conn)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the PostgreSQL store at {self.where}: {exc}") from exc
@@ -163,6 +165,21 @@ class PostgresStore(SqlStore):
         digest = hashlib.blake2b("\x1f".join((self.schema, *names)).encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big", signed=True)
 
+    def _check_vector_type(self, conn: psycopg.Connection) -> None:
+        """pgvector's `halfvec` must be on the URL's search_path; an extension installed in another
+        schema (an administrator's, in `public`) is not, unless the URL names that schema too."""
+        row = conn.execute("SELECT n.nspname, e.extversion, to_regtype('halfvec'), "
+                           "to_regtype(quote_ident(n.nspname) || '.halfvec') FROM pg_extension e JOIN "
+                           "pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'").fetchone()
+        if row is None or row[2] is not None:  # none yet (the first migration creates it), or found
+            return
+        if row[3] is None:
+            raise StoreError(f"pgvector {row[1]} at {self.where} has no halfvec type: 0.7 or later is needed "
+                             "(an administrator runs ALTER EXTENSION vector UPDATE)")
+        fixed = quote(f"-c search_path={self.schema},{row[0]}")
+        raise StoreError(f"pgvector's halfvec type at {self.where} is in schema {row[0]}, which the URL's "
+                         f"search_path leaves out: add it, as in ?options={fixed}")
+
     def _migrate(self, conn: psycopg.Connection) -> None:
         """Numbered migrations, each once, one process at a time (the others wait, then see them)."""
         with conn.transaction():
@@ -170,6 +187,7 @@ class PostgresStore(SqlStore):
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                          "(version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
             done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+            check_known(done, len(MIGRATIONS), f"at {self.where} (schema {self.schema})")
             for version, sql in enumerate(MIGRATIONS, start=1):
                 if version not in done:
                     conn.execute(sql)
@@ -188,11 +206,12 @@ class PostgresStore(SqlStore):
                 yield conn
         except PoolTimeout as exc:
             self._reachable = False
-            raise StoreError(f"the PostgreSQL store at {self.where} cannot be reached (no connection); "
-                             "nothing was written; retry once it is back") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"the PostgreSQL store at {self.where} failed: {exc}; a write in flight "
-                             "was applied whole or not at all, so repeating it is safe") from exc
+            raise StoreUnavailable(f"the PostgreSQL store at {self.where} cannot be reached (no connection); "
+                                   "nothing was written; retry once it is back") from exc
+        except psycopg.Error as exc:  # an OperationalError: the connection went (a restart)
+            kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
+            raise kind(f"the PostgreSQL store at {self.where} failed: {exc}; a write in flight "
+                       "was applied whole or not at all, so repeating it is safe") from exc
 
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
@@ -217,6 +236,18 @@ class PostgresStore(SqlStore):
         with self.connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield PgCursor(conn.cursor())
+
+    def refresh(self, project: str) -> None:
+        """A write another process acknowledged may still have its NOTIFY on the way to the
+        listener: the project's generations are read (one small query) and a cached one that
+        moved is forgotten, so this recall catches up with every write committed before it."""
+        if not self.generations.listening:
+            return  # nothing is cached: every generation is read afresh
+        for model, generation in self.fetch(
+                "SELECT NULL, generation FROM projects WHERE project = ? UNION ALL "
+                "SELECT model, generation FROM vector_state WHERE project = ?", [project, project]):
+            key = ("units", project) if model is None else ("vectors", project, model)
+            self.generations.settle(key, int(generation))
 
     def _moved(self, cur: Cursor, key: tuple[str, ...]) -> None:
         cur.execute("SELECT pg_notify(?, ?)", [self.channel, json.dumps(key)])

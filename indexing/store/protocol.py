@@ -88,8 +88,6 @@ class VectorRows(Protocol):
         """Whether this process may embed now: one backfill at a time across processes."""
         ...
 
-    def drop_orphans(self) -> None: ...
-
 
 class Store(Protocol):
     """The rows of every project. Thread-safe; writes are all-or-nothing per call."""
@@ -113,6 +111,10 @@ class Store(Protocol):
     def rename_ref(self, project: str, old_ref: str, new_ref: str, path: str | None) -> list[int]: ...
 
     # what derived indexes follow
+    def refresh(self, project: str) -> None:
+        """Before a recall: the project's cached generations made current (read-your-write)."""
+        ...
+
     def generation(self, project: str) -> int: ...
 
     def changed_between(self, project: str, since: int, generation: int) -> set[int] | None: ...

@@ -22,7 +22,8 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, generation_and_log, row_to_unit, scan_units
 from agentmemrec.indexing.store.generations import CarriedCache, Generations
 from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
-from agentmemrec.indexing.store.writes import Prepared, resolve_all, unlink_forgotten, write_batch
+from agentmemrec.indexing.store.vectors import drop_vectors
+from agentmemrec.indexing.store.writes import Prepared, now, resolve_all, unlink_forgotten, write_batch
 from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash, id_hint
 
 UNIT_CACHE_BYTES = 64 << 20  # per project: units weigh what their text does, up to 128 KiB each
@@ -100,6 +101,7 @@ class SqlStore(ABC):
             removed: list[int] = []
             results = write_batch(cur, project, prepared, removed, fast)
             changed = [i for r in results if r.outcome != "unchanged" for i in r.ids]
+            drop_vectors(cur, removed)  # the chunks a shorter note no longer has
             if changed or removed:
                 self._bump(cur, project, changed + removed)
         return results
@@ -128,7 +130,11 @@ class SqlStore(ABC):
                                  "pass refs, or ids written '#42', as a write or a slate returned them")
             ids = sorted({i for found in resolved.values() for i in found})
             unlink_forgotten(cur, ids)
+            # their keys (never their text) stay, so a later migrate does not copy them back
+            cur.execute("INSERT INTO forgotten_keys SELECT project, key, ? FROM units WHERE id IN "
+                        "(SELECT unnest(?::BIGINT[])) ON CONFLICT DO NOTHING", [now(), ids])
             cur.execute("DELETE FROM units WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
+            drop_vectors(cur, ids)
             self._bump(cur, project, ids)
         return ids
 
@@ -151,6 +157,11 @@ class SqlStore(ABC):
         return sorted(ids)
 
     # ---- what derived indexes follow ---------------------------------------------------------
+
+    def refresh(self, project: str) -> None:
+        """Before a recall: make the project's cached generations current, so that it sees every
+        write acknowledged before it began. Nothing to do where every write goes through this
+        process (DuckDB), which forgets them itself."""
 
     def generation(self, project: str) -> int:
         def load() -> int:

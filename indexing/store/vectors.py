@@ -139,7 +139,9 @@ class SqlVectors(ABC):
             where, params = self.store.id_filter("u.id", changed) if changed else ("false", [])
             return now, np.asarray(changed, dtype=np.int64), self._current(cur, project, where, params)
 
-    def drop_orphans(self) -> None:
-        with self.store.transaction() as cur:
-            cur.execute("DELETE FROM vectors WHERE unit_id NOT IN (SELECT id FROM units)")
 
+def drop_vectors(cur: Cursor, ids: list[int]) -> None:
+    """Inside the transaction that removes units: their vectors (and the text hashes beside them),
+    for every model."""
+    if ids:
+        cur.execute("DELETE FROM vectors WHERE unit_id IN (SELECT unnest(?::BIGINT[]))", [ids])

@@ -33,7 +33,12 @@ def cmd_setup(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.errors import InputError  # noqa: PLC0415
     from agentmemrec.indexing.units import check_project  # noqa: PLC0415
     from agentmemrec.server import clients  # noqa: PLC0415
-    from agentmemrec.server.owner_socket import HOME_ENV, default_home  # noqa: PLC0415
+    from agentmemrec.server.owner_socket import HOME_ENV, STORE_ENV, default_home  # noqa: PLC0415
+    if os.environ.get(STORE_ENV) and not args.remove:  # the server and hooks setup writes use the home's store
+        raise InputError(f"{STORE_ENV} names a PostgreSQL store, which setup's local server and command hooks "
+                         "would not use: run `agentmemrec serve --http` on it and connect the client over "
+                         "HTTP with a bearer token and its http hook (docs/team.md, docs/clients.md); unset "
+                         f"{STORE_ENV} to set up the home's own store. Nothing was written.")
     if args.dir is not None and not args.dir.expanduser().is_dir():
         raise InputError(f"--dir {args.dir}: no such folder; pass the repository's folder (nothing was written)")
     repo = git_root(str((args.dir or Path.cwd()).expanduser().resolve()))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError, StoreLocked
@@ -31,8 +33,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         source = open_store(home)
     except StoreLocked as exc:
-        raise InputError(f"{exc}; stop the servers using {home} (the pid is in {home / 'owner.lock'}), "
-                         "then run migrate again") from exc
+        raise InputError(_held(home, exc)) from exc
     try:
         target = open_store(home, url)
         try:
@@ -46,6 +47,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     emit(f"{moved.units} units copied ({moved.units_there} already there), {moved.links} supersession "
          f"links, {moved.vectors} vectors (nothing re-embedded), {moved.tokens} tokens "
          f"({moved.tokens_there} already there); saved explanations stay behind")
+    if moved.forgotten:
+        emit(f"{moved.forgotten} units left out: they were forgotten in the target, and migrate never "
+             "brings a forgotten unit back (remember it there again if it should return)")
     if moved.tokens_left:
         emit(f"tokens not copied: {', '.join(moved.tokens_left)}")
     conflicts = list(dict.fromkeys(moved.conflicts))
@@ -57,3 +61,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                  f"--project P --store URL), then run migrate again.")
         return 1
     return 0
+
+
+def _held(home: Path, exc: StoreLocked) -> str:
+    """Who holds the home's DuckDB file, and how to make them let go."""
+    from agentmemrec.server.hook_process import OWNER_IDLE_EXIT_S  # noqa: PLC0415
+    from agentmemrec.server.owner_socket import take_lock  # noqa: PLC0415
+    fd = take_lock(home)
+    if fd is not None:  # no AgentMemRec process owns it: another program has the file open
+        os.close(fd)
+        return f"{exc}; close that program, then run migrate again (nothing was copied)"
+    pid = (home / "owner.lock").read_text(encoding="utf-8").strip() or "?"
+    return (f"an AgentMemRec process (pid {pid}) owns the memory store in {home}: a client's `agentmemrec "
+            f"serve`, or the owner a hook started, which leaves after {OWNER_IDLE_EXIT_S:.0f} s without a call. "
+            f"Stop it (quit the client, or kill {pid}), then run migrate again (nothing was copied)")

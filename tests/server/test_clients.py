@@ -185,3 +185,17 @@ def test_a_config_that_is_not_json_is_left_alone_with_a_clear_error(folders, cap
     assert "is not valid JSON (line 1" in capsys.readouterr().err
     assert (user / ".claude.json").read_text() == "{broken"
     assert read(repo / ".claude" / "settings.local.json") == SETTINGS
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor", "claude-desktop"])
+def test_setup_with_a_team_store_is_refused_and_points_to_the_http_server(folders, home, monkeypatch, capsys, client):
+    """Before, it wrote command hooks that never answer on a PostgreSQL store, and a local server
+    that used the home's DuckDB file instead of the team's store."""
+    user, repo = folders
+    before = {p: p.read_bytes() for p in (user / ".claude.json", repo / ".claude" / "settings.local.json")}
+    monkeypatch.setenv("AGENTMEMREC_STORE", "postgresql://memory@db.example.internal/memory")
+    assert setup(user, repo, client) == 2
+    err = capsys.readouterr().err
+    assert "AGENTMEMREC_STORE names a PostgreSQL store" in err and "agentmemrec serve --http" in err
+    assert "Nothing was written" in err and len(err.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in before} == before and not (repo / ".cursor").exists()

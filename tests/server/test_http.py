@@ -88,16 +88,16 @@ async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(ho
 
 
 async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home, capsys, tmp_path):
-    repo = tmp_path / "src" / "payments"
-    (repo / ".git").mkdir(parents=True)
     items = tmp_path / "items.jsonl"
     items.write_text(json.dumps({"kind": "decision", "ref": "adr-2", "title": "Kafka",
                                  "text": "Payment events move to Kafka, partitioned by merchant id."}) + "\n")
     assert main(["import", str(items), "--project", "payments"]) == 0
     capsys.readouterr()
-    alice, bob = add_token(capsys, "alice", "payments"), add_token(capsys, "bob", "website")
-    prompt = {"session_id": "s", "cwd": str(repo / "api"), "hook_event_name": "UserPromptSubmit",
-              "prompt": "how are payment events partitioned in Kafka?"}
+    alice, bob = add_token(capsys, "alice", "payments,ledger"), add_token(capsys, "bob", "website")
+    # the cwd is a folder on the developer's machine, which the server cannot look into: its
+    # deepest folder that names one of the token's projects is the project (before: `api`, denied)
+    prompt = {"session_id": "s", "cwd": "/home/alice/src/payments/services/api",
+              "hook_event_name": "UserPromptSubmit", "prompt": "how are payment events partitioned in Kafka?"}
     async with http_server(home, "--max-request-bytes", "65536") as server, httpx2.AsyncClient(timeout=30) as http:
         url = server.url.replace("/mcp", "/hooks/claude-code")
         assert (await http.post(url, json=prompt)).status_code == 401
@@ -107,13 +107,19 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
         start = await http.post(url, json={**prompt, "hook_event_name": "SessionStart", "source": "startup"},
                                 headers={"Authorization": f"Bearer {alice}"})
         assert "decision (accepted" in start.json()["hookSpecificOutput"]["additionalContext"]
-        for body in (prompt, b"not json"):  # another token's project, and a broken event: nothing
+        elsewhere = {**prompt, "cwd": "C:\\Users\\alice\\scratch"}  # no folder names a project: nothing
+        assert (await http.post(url, json=elsewhere, headers={"Authorization": f"Bearer {alice}"})).content == b""
+        for body in (prompt, b"not json"):  # bob's only project holds nothing, and a broken event: nothing
             other = await http.post(url, **({"json": body} if isinstance(body, dict) else {"content": body}),
                                     headers={"Authorization": f"Bearer {bob}"})
             assert (other.status_code, other.content) == (200, b"")
+        other = await http.post(url + "?project=payments", json=prompt, headers={"Authorization": f"Bearer {bob}"})
+        assert (other.status_code, other.content) == (200, b"")  # another token's project: nothing
         huge = {**prompt, "prompt": "x" * 70_000}  # over --max-request-bytes, as /mcp refuses it
         assert (await http.post(url, json=huge, headers={"Authorization": f"Bearer {alice}"})).status_code == 413
     assert any("denied: token 'bob' asked for project 'payments' over the hook" in line for line in server.log)
+    assert any("no folder of 'C:\\\\Users\\\\alice\\\\scratch' names one of the token's projects (payments, ledger)"
+               in line for line in server.log), server.log
 
 
 def test_serve_http_on_a_port_in_use_is_refused_before_anything_starts(home, capsys):

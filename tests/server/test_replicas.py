@@ -155,15 +155,21 @@ async def test_a_database_restart_gives_clear_errors_writes_no_half_batch_and_re
             for i, client in enumerate(clients):
                 assert (await tool(client, "remember", items=batch(i, n)))[0]
         await anyio.to_thread.run_sync(own_postgres.stop)
-        for i, client in enumerate(clients):  # the outage: clear errors, never a hang
-            ok, error = await tool(client, "remember", items=batch(i, 3))
-            assert not ok and "PostgreSQL store" in error and "retry" in error, error
-            ok, error = await tool(client, "recall_slate", query="queue broker")
-            assert not ok and "PostgreSQL store" in error, error
+        for i, client in enumerate(clients):  # the outage: tool errors the model reads, never a hang
+            result = await client.call_tool("remember", {"items": batch(i, 3)})  # not a protocol error
+            assert result.is_error and "PostgreSQL store" in result.content[0].text, result
+            assert "retry" in result.content[0].text
+            result = await client.call_tool("recall_slate", {"query": "queue broker"})
+            assert result.is_error and "PostgreSQL store" in result.content[0].text, result
         async with httpx2.AsyncClient() as raw:  # a token that cannot be checked: try again, not "wrong token"
             reply = await raw.post(servers[0].url, json={}, headers={"Authorization": f"Bearer {unseen}"})
         assert reply.status_code == 503 and reply.headers["retry-after"] == "5", reply.text
         assert "cannot be reached to check this token" in reply.json()["error_description"]
+        async with httpx2.AsyncClient() as raw:  # a hook gets nothing to add, and the prompt goes on
+            reply = await raw.post(servers[0].url.replace("/mcp", "/hooks/claude-code?project=alpha"),
+                                   headers={"Authorization": f"Bearer {unseen}"},
+                                   json={"hook_event_name": "UserPromptSubmit", "prompt": "which broker now"})
+        assert (reply.status_code, reply.text) == (200, ""), reply.text
         await anyio.to_thread.run_sync(own_postgres.start)
         with anyio.fail_after(30):  # the same processes answer again
             for i, client in enumerate(clients):

@@ -3,14 +3,17 @@ tests in test_models.py): background embedding, lexical fallback, model change, 
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
 
 from agentmemrec.indexing.dense.backfill import EMBED_BATCH, EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
+from agentmemrec.indexing.errors import StoreUnavailable
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
+from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.candidates import fuse, rrf_score
 from agentmemrec.ranking.memory import Memory
 
@@ -180,3 +183,40 @@ def test_the_dense_query_leaves_out_the_projects_speakers(tmp_path):
     memory.remember("p", [{"kind": "turn", "ref": "jon", "speaker": "Jon", "text": "the studio opened"}])
     assert dense.query_text("p", "when did jon open the studio") == "when did open the studio"  # a new speaker
     memory.close()
+
+
+class Outage:
+    """A store's vector rows, while `down` unreachable as a PostgreSQL store in an outage is."""
+
+    def __init__(self, rows) -> None:
+        self.rows, self.down, self.model = rows, True, rows.model
+
+    def claim(self):
+        if self.down:
+            raise StoreUnavailable("the PostgreSQL store at db:5432/memory cannot be reached (no connection)")
+        return self.rows.claim()
+
+    def __getattr__(self, name):
+        return getattr(self.rows, name)
+
+
+def test_an_outage_costs_the_background_embedder_one_log_line_not_a_traceback_per_retry(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="agentmemrec.indexing.dense.backfill")
+    store = DuckDBStore(tmp_path / "m.duckdb")
+    store.write("p", validate_batch([{"kind": "turn", "text": "kafka partitions"}]))
+    rows = Outage(store.vectors("bow@1"))
+    worker = EmbeddingWorker(rows, BagOfWords()).start()
+    for _ in range(3):  # three retries during the outage
+        assert worker.wait_idle(timeout=60)
+        worker.notify()
+    assert worker.wait_idle(timeout=60)
+    rows.down = False
+    worker.notify()
+    assert worker.wait_idle(timeout=60) and rows.count_pending("p") == 0  # embedded once it is back
+    worker.stop()
+    store.close()
+    said = [r for r in caplog.records if r.name == "agentmemrec.indexing.dense.backfill"]
+    assert [r.getMessage() for r in said] == [
+        "background embedding waits for the store: the PostgreSQL store at db:5432/memory cannot be reached "
+        "(no connection)", "the store answers again: background embedding resumes"]
+    assert not any(r.exc_info for r in said)

@@ -4,8 +4,11 @@ run copies nothing and an interrupted run resumes."""
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 
+import anyio
 import pytest
 
 from agentmemrec.indexing.dense.backfill import embed_pending
@@ -146,3 +149,53 @@ def test_migrate_refuses_a_project_the_store_does_not_hold_and_copies_nothing(lo
     pg = PostgresStore(pg_url)
     assert pg.tokens() == [] and pg.projects() == {}
     pg.close()
+
+
+
+def test_a_unit_forgotten_in_the_team_store_is_not_copied_back_by_a_later_migrate(home, pg_url, capsys):
+    """Before, the second migrate copied the forgotten units again under new ids."""
+    secret = "the staging database password is hunter2-but-not-a-pattern"
+    local = memory_on(DuckDBStore(home / "memory.duckdb"), BagOfWords())
+    local.remember("payments", [{"kind": "turn", "ref": "leak-1", "text": secret},
+                                {"kind": "turn", "text": secret + ", said again without a ref"},
+                                {"kind": "turn", "ref": "kept", "text": "the ledger closes at midnight"}])
+    local.close()
+    assert main(["migrate", "--to", pg_url]) == 0
+    team = PostgresStore(pg_url)
+    [(refless,)] = team.fetch("SELECT id FROM units WHERE ref IS NULL")
+    team.close()
+    assert main(["forget", "leak-1", f"#{refless}", "--project", "payments", "--store", pg_url]) == 0
+    capsys.readouterr()
+    assert main(["migrate", "--to", pg_url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("0 units copied (1 already there)")
+    assert "2 units left out: they were forgotten in the target" in out
+    team = PostgresStore(pg_url)
+    assert [r for (r,) in team.fetch("SELECT ref FROM units")] == ["kept"]
+    record = team.fetch("SELECT * FROM forgotten_keys")
+    assert len(record) == 2 and "hunter2" not in repr(record)  # keys, never the text
+    # a teammate may store the same content again: the record only keeps migrate from doing it
+    [again] = team.write("payments", validate_batch([{"kind": "turn", "ref": "leak-1", "text": secret}]))
+    assert again.outcome == "stored"
+    team.close()
+    assert main(["migrate", "--to", pg_url]) == 0
+    assert capsys.readouterr().out.startswith("0 units copied (2 already there)")
+
+
+@pytest.mark.anyio
+async def test_migrate_while_an_agentmemrec_owner_holds_the_home_says_which_process_and_how_to_stop_it(
+        local, pg_url, capsys):
+    """Before: 'is open in another program: IO Error: Could not set lock ... See also duckdb.org'."""
+    cmd = [sys.executable, "-m", "agentmemrec.server.cli", "owner"]
+    async with await anyio.open_process(cmd, env={**os.environ, "AGENTMEMREC_HOME": str(local)}) as owner:
+        with anyio.fail_after(120):
+            log = b""
+            async for chunk in owner.stderr:
+                log += chunk
+                if b"owning the memory store" in log:
+                    break
+        assert await anyio.to_thread.run_sync(main, ["migrate", "--to", pg_url]) == 2
+        owner.terminate()
+    err = capsys.readouterr().err
+    assert f"an AgentMemRec process (pid {owner.pid}) owns the memory store in {local}" in err
+    assert f"kill {owner.pid}), then run migrate again (nothing was copied)" in err and "duckdb.org" not in err

@@ -12,17 +12,18 @@ import anyio
 import numpy as np
 import pytest
 
-from agentmemrec.indexing.dense.backfill import embed_pending
+from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
-from agentmemrec.indexing.store.postgres_store import PostgresStore
+from agentmemrec.indexing.store.postgres_store import PostgresStore, fresh_schema
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.ranking.slate import build_slate
+from agentmemrec.server.cli import main
 
 from helpers import BagOfWords
 
@@ -185,3 +186,46 @@ def test_vectors_come_back_as_the_float16_values_duckdb_keeps(tmp_path, pg_url):
 def test_an_unreachable_database_is_a_clear_store_error():
     with pytest.raises(StoreError, match="cannot open the PostgreSQL store at 127.0.0.1:1/memory"):
         PostgresStore("postgresql://someone:secret@127.0.0.1:1/memory")
+
+
+def test_a_search_path_without_pgvectors_schema_is_refused_with_the_fix(pg_admin, home, capsys):
+    """Before, the first migration failed with `type "halfvec" does not exist`."""
+    name = f"team_{random.randrange(10 ** 9)}"
+    fresh_schema(pg_admin, name)  # pgvector lives in public, as an administrator installed it
+    url = f"{pg_admin}{'&' if '?' in pg_admin else '?'}options=-c%20search_path%3D{name}"
+    assert main(["stats", "--store", url]) == 1
+    err = capsys.readouterr().err
+    assert f"is in schema public, which the URL's search_path leaves out: add it, as in " \
+           f"?options=-c%20search_path%3D{name}%2Cpublic" in err and len(err.strip().splitlines()) == 1
+    assert main(["stats", "--store", f"{url}%2Cpublic"]) == 0
+
+
+def test_a_write_another_store_acknowledged_is_in_the_next_recall_before_its_notify_is_heard(pg_url, monkeypatch):
+    """Read-your-write across replicas: before, a recall answered from the generation cached until
+    the listener processed the write's NOTIFY, and missed the write (1 to 7 times in 40)."""
+    embedder = BagOfWords()
+    writer, reader = memory_on(PostgresStore(pg_url), embedder), memory_on(PostgresStore(pg_url), embedder)
+    writer.remember("p", [{"kind": "turn", "ref": "old", "text": "redis caches sessions"}])
+    anyio.run(_until, lambda: reader.store.generations.listening)
+    assert [i.unit.ref for i in reader.recall("p", "redis caches").items] == ["old"]  # generations cached
+    monkeypatch.setattr(reader.store.generations, "forget", lambda key: None)  # its NOTIFY not heard yet
+    writer.remember("p", [{"kind": "turn", "ref": "new", "text": "kafka partitions payment events"}])
+    embed_pending(writer.dense.vectors, embedder)
+    assert "new" in [i.unit.ref for i in reader.recall("p", "kafka partitions").items]
+    assert reader.dense.snapshot("p").ids.size == 2
+    writer.close()
+    reader.close()
+
+
+def test_a_replica_whose_embedder_is_idle_notes_the_units_another_replica_wrote_and_not_yet_embedded(pg_url):
+    """Before, its notes said nothing (its own worker was idle) and the slate was BM25's alone."""
+    embedder = BagOfWords()
+    writer = memory_on(PostgresStore(pg_url), embedder)
+    reader = memory_on(PostgresStore(pg_url), embedder)
+    reader.worker = EmbeddingWorker(reader.dense.vectors, embedder).start()
+    assert reader.worker.wait_idle(timeout=60)
+    with writer.dense.vectors.claim():  # the writer's replica embeds (later)
+        writer.remember("p", [{"kind": "turn", "text": f"rotating credentials for service {i}"} for i in range(30)])
+        assert "30 units not yet embedded" in " ".join(reader.recall("p", "rotate credentials").notes)
+    writer.close()
+    reader.close()

@@ -3,15 +3,21 @@ PostgreSQL database); what only DuckDB has (its file, one process's cache) on Du
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import duckdb
+import numpy as np
 import pytest
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.backends import open_store
+from agentmemrec.indexing.store import pg_migrations
 from agentmemrec.indexing.store.duckdb_store import MIGRATIONS, DuckDBStore
+from agentmemrec.indexing.store.migrations import ORPHANS
 from agentmemrec.indexing.store.protocol import Store
 from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.cli import main
 
 from helpers import BOTH
 
@@ -336,3 +342,61 @@ def test_a_long_log_without_blank_lines_is_split_between_lines_and_a_long_line_b
     for unit in parts[0].values():  # every part is whole lines of the log
         assert unit.tokens <= 512 and set(unit.text.splitlines()) <= set(lines)
     assert " ".join(u.text for u in sorted(parts[1].values(), key=lambda u: u.chunk)) == words
+
+
+def vector_rows(store: Store) -> list:
+    return store.fetch("SELECT unit_id, content_hash FROM vectors ORDER BY unit_id")
+
+
+@BOTH
+def test_forgetting_a_unit_removes_its_vector_and_text_hash(reopen):
+    store = reopen()
+    ids = [r.ids[0] for r in write(store, "p", {"kind": "turn", "ref": "a", "text": "kafka brokers"},
+                                   {"kind": "turn", "ref": "b", "text": "redis caches"},
+                                   {"kind": "note", "ref": "n", "path": "n.md", "text": "# One\nfirst\n# Two\nsecond"})]
+    rows = store.vectors("m@1")
+    [units] = list(rows.pending_windows("p"))
+    pending, embedding = [u for u in units if u.ref != "b"], [u for u in units if u.ref == "b"]
+    rows.put(pending, np.ones((len(pending), 4), dtype=np.float32), [u.content_hash for u in pending])
+    store.forget("p", ["a", "b"])  # b is forgotten while its vector is being computed
+    rows.put(embedding, np.ones((1, 4), dtype=np.float32), [embedding[0].content_hash])
+    write(store, "p", {"kind": "note", "ref": "n", "path": "n.md", "text": "# One\nfirst"})  # a chunk less
+    assert [r[0] for r in vector_rows(store)] == [ids[2]]  # the note's first chunk alone
+    store.close()
+
+
+@BOTH
+def test_vectors_left_by_units_forgotten_before_are_removed_once_at_open(reopen):
+    store = reopen()
+    [kept, gone] = [r.ids[0] for r in write(store, "p", {"kind": "turn", "text": "kept"},
+                                            {"kind": "turn", "text": "gone"})]
+    rows = store.vectors("m@1")
+    [units] = list(rows.pending_windows("p"))
+    rows.put(units, np.ones((2, 4), dtype=np.float32), [u.content_hash for u in units])
+    with store.transaction() as cur:  # what a forget of an earlier version left behind
+        cur.execute("DELETE FROM units WHERE id = ?", [gone])
+        migrations = pg_migrations.MIGRATIONS if store.index_dir is None else MIGRATIONS
+        cur.execute("DELETE FROM schema_migrations WHERE version = ?", [migrations.index(ORPHANS) + 1])
+    store.close()
+    store = reopen()
+    assert [r[0] for r in vector_rows(store)] == [kept]
+    store.close()
+
+
+@BOTH
+def test_a_store_migrated_by_a_newer_version_is_refused_with_one_clear_line(reopen, tmp_path, store_url,
+                                                                            monkeypatch, capsys):
+    """Before, a write failed with the database's own error (a column this version does not fill)."""
+    store = reopen()
+    with store.transaction() as cur:  # what a newer version's migration leaves
+        cur.execute("ALTER TABLE units ADD COLUMN visibility VARCHAR")
+        cur.execute("INSERT INTO schema_migrations VALUES (?, ?)", [store.schema_version + 1, datetime(2030, 1, 1)])
+    store.close()
+    items = tmp_path / "one.jsonl"
+    items.write_text('{"kind": "turn", "text": "hello from an older version"}\n')
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path))
+    assert main(["import", str(items), "--project", "p", *(["--store", store_url] if store_url else [])]) == 1
+    err = capsys.readouterr().err
+    assert f"was migrated by a newer AgentMemRec (schema version {store.schema_version + 1}; this one " \
+           f"knows up to {store.schema_version}): upgrade this AgentMemRec" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
