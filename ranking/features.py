@@ -319,9 +319,9 @@ def decision_status(rows: Rows, ctx: QueryContext) -> np.ndarray:
 def _session_best(rows: Rows, channel: str, ctx: QueryContext) -> np.ndarray:
     if channel not in ctx.channel_scores:
         return _missing(rows)
-    best, beyond = ctx.session_best.get(channel, {}), ctx.depth + 1
-    own = (hit.rank if (hit := c.channels.get(channel)) else beyond for c in rows.pool)
-    return _log1p(r if u.session is None else best.get(u.session, beyond) for u, r in zip(rows.units, own))
+    best, beyond = ctx.session_best.get(channel, {}), ctx.depth + 1  # a unit without a session: its own rank
+    return _log1p(best.get(c.unit.session, beyond) if c.unit.session is not None else
+                  hit.rank if (hit := c.channels.get(channel)) else beyond for c in rows.pool)
 
 
 def session_best_bm25_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
@@ -333,8 +333,7 @@ def session_best_dense_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
 
 
 def session_hits(rows: Rows, ctx: QueryContext) -> np.ndarray:
-    count = ctx.session_count
-    return _log1p(0 if u.session is None else count[u.session] - 1 for u in rows.units)
+    return _log1p(0 if u.session is None else ctx.session_count[u.session] - 1 for u in rows.units)
 
 
 def _neighbour_best(rows: Rows, channel: str, ctx: QueryContext, scale: float = 1.0) -> np.ndarray:
