@@ -22,3 +22,9 @@ def test_the_readme_first_commands_are_one_line_each_and_upgrade_pip_before_inst
     for block in sh_blocks(README)[:2]:
         assert len(block.splitlines()) == 1, block
         assert block.index(".venv/bin/python -m pip install -q --upgrade pip") < block.index("pip install -e"), block
+
+
+def test_the_readme_installs_from_a_clone_since_the_package_is_not_on_pypi():
+    assert not re.search(r"pip install agentmemrec(?!\[)", README.replace("'agentmemrec[", "")), \
+        "agentmemrec is not on PyPI: say how to install it from a clone"
+    assert "not on PyPI" in README and "pip install -e ." in sh_blocks(README)[0]
