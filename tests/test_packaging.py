@@ -4,7 +4,14 @@ distribution and the declared dependencies."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -28,3 +35,35 @@ def test_the_readme_installs_from_a_clone_since_the_package_is_not_on_pypi():
     assert not re.search(r"pip install agentmemrec(?!\[)", README.replace("'agentmemrec[", "")), \
         "agentmemrec is not on PyPI: say how to install it from a clone"
     assert "not on PyPI" in README and "pip install -e ." in sh_blocks(README)[0]
+
+
+def test_the_licence_is_the_apache_2_0_text_the_package_declares():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"]
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert (pyproject["license"], pyproject["license-files"]) == ("Apache-2.0", ["LICENSE"])
+
+
+def shipped_folders() -> set[str]:
+    return {p.relative_to(ROOT).as_posix() for folder in ("docs", "tests", "bench") for p in (ROOT / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+@pytest.mark.timeout(180)
+def test_the_source_distribution_carries_the_licence_docs_tests_and_benchmarks(tmp_path):
+    """Unpacked, an sdist installs with its test extra and runs its tests as a clone does."""
+    pytest.importorskip("setuptools", minversion="77")  # what pyproject's build-system requires
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__", "build",
+                                                              "dist", ".pytest_cache", ".hypothesis"))
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", build, str(tmp_path / "dist")], cwd=src, capture_output=True,
+                          text=True, timeout=170)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with tarfile.open(tmp_path / "dist" / done.stdout.split()[-1]) as sdist:
+        names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+        pkg_info = sdist.extractfile(f"{sdist.getnames()[0].split('/')[0]}/PKG-INFO").read().decode()
+    wanted = {"LICENSE", "mcp.json.example", ".ci/run", "README.md", "pyproject.toml", "setup.py"} | shipped_folders()
+    assert wanted <= names, f"missing from the sdist: {sorted(wanted - names)[:20]}"
+    assert "License-Expression: Apache-2.0" in pkg_info and "License-File: LICENSE" in pkg_info
