@@ -3,6 +3,8 @@ distribution and the declared dependencies."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -67,3 +69,30 @@ def test_the_source_distribution_carries_the_licence_docs_tests_and_benchmarks(t
     wanted = {"LICENSE", "mcp.json.example", ".ci/run", "README.md", "pyproject.toml", "setup.py"} | shipped_folders()
     assert wanted <= names, f"missing from the sdist: {sorted(wanted - names)[:20]}"
     assert "License-Expression: Apache-2.0" in pkg_info and "License-File: LICENSE" in pkg_info
+
+
+def declared() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    return {normalized(re.match(r"[A-Za-z0-9._-]+", r)[0]) for r in requirements}
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_distribution_the_package_imports_is_declared_not_only_present_through_another():
+    """mcp brings starlette, uvicorn and httpx2 today; a later mcp need not, and the server imports
+    them itself. Each top-level import maps to the distribution that provides it here."""
+    provides = importlib.metadata.packages_distributions()
+    imported = set()
+    for path in (p for layer in ("server", "indexing", "ranking") for p in (ROOT / layer).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"agentmemrec"}
+    undeclared = {m: provides.get(m, [m]) for m in third_party
+                  if not any(normalized(d) in declared() for d in provides.get(m, [m]))}
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
