@@ -54,6 +54,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
             backup = clients.apply(change)
             emit(f"{change.path}: {'removed agentmemrec' if args.remove else 'updated'}"
                  + (f" (the previous file is {backup})" if backup else " (new file)"))
+        if change.note:
+            emit(f"note: {change.note}")
     if args.dry_run:
         emit("dry run: nothing was written")
     elif any(c.changed for c in changes):

@@ -185,3 +185,32 @@ def test_a_config_that_is_not_json_is_left_alone_with_a_clear_error(folders, cap
     assert "is not valid JSON (line 1" in capsys.readouterr().err
     assert (user / ".claude.json").read_text() == "{broken"
     assert read(repo / ".claude" / "settings.local.json") == SETTINGS
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_cursor_files_holding_this_machines_paths_stay_out_of_git(tmp_path, capsys):
+    user, repo = tmp_path / "user", tmp_path / "web-frontend"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    for extra in ([], [], ["--remove"]):  # the second run makes a backup
+        assert setup(user, repo, "cursor", *extra) == 0
+    assert (repo / ".cursor" / "mcp.json.agentmemrec.bak").exists()
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_a_cursor_config_the_repository_tracks_is_left_tracked_and_setup_says_so(tmp_path, capsys):
+    user, repo = tmp_path / "user", tmp_path / "web-frontend"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    (repo / ".cursor").mkdir()
+    (repo / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {"db": {"command": "db-mcp"}}}))
+    git(repo, "add", ".cursor/mcp.json")
+    git(repo, "commit", "-qm", "the team's servers")
+    assert setup(user, repo, "cursor") == 0
+    assert "note: .cursor/mcp.json is tracked by git, so it is not excluded" in capsys.readouterr().out
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == " M .cursor/mcp.json\n"
