@@ -214,3 +214,40 @@ def test_a_cursor_config_the_repository_tracks_is_left_tracked_and_setup_says_so
     assert setup(user, repo, "cursor") == 0
     assert "note: .cursor/mcp.json is tracked by git, so it is not excluded" in capsys.readouterr().out
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == " M .cursor/mcp.json\n"
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor"])
+def test_setup_outside_a_repository_is_refused_unless_dir_names_the_folder(tmp_path, monkeypatch, capsys, client):
+    user, folder = tmp_path / "user", tmp_path / "notes"
+    user.mkdir()
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    assert main(["setup", client, "--user-dir", str(user)]) == 2
+    err = capsys.readouterr().err
+    assert f"{folder.resolve()} is not in a git repository: run setup in the repository, or name the folder" in err
+    assert list(user.iterdir()) == [] and list(folder.iterdir()) == []
+    assert main(["setup", client, "--user-dir", str(user), "--dir", "."]) == 0
+    assert f"set up for project notes in {folder.resolve()}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor"])
+def test_a_home_folder_or_the_root_is_never_watched(tmp_path, monkeypatch, capsys, client):
+    user = tmp_path / "me"
+    (user / ".git").mkdir(parents=True)  # a home kept in git (dotfiles) is no exception
+    monkeypatch.setenv("HOME", str(user))
+    for folder, said in ((user, "is your home folder"), (Path("/"), "is the filesystem's root")):
+        assert main(["setup", client, "--dir", str(folder), "--user-dir", str(user)]) == 2
+        assert f"{said}: its server would watch every file under it" in capsys.readouterr().err
+    assert sorted(p.name for p in user.iterdir()) == [".git"]
+    assert main(["setup", client, "--dir", str(user), "--user-dir", str(user), "--no-watch", "--dry-run"]) == 0
+
+
+def test_claude_desktop_set_up_outside_a_repository_serves_the_default_project(tmp_path, monkeypatch, capsys):
+    user, folder = tmp_path / "user", tmp_path / "Downloads"
+    user.mkdir()
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    assert main(["setup", "claude-desktop", "--user-dir", str(user)]) == 0
+    servers = read(user / ".config" / "Claude" / "claude_desktop_config.json")["mcpServers"]
+    assert servers["agentmemrec"]["args"][-3:] == ["serve", "--project", "default"]
+    assert "claude-desktop: set up for project default; quit and restart" in capsys.readouterr().out
