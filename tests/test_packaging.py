@@ -96,3 +96,13 @@ def test_every_distribution_the_package_imports_is_declared_not_only_present_thr
     undeclared = {m: provides.get(m, [m]) for m in third_party
                   if not any(normalized(d) in declared() for d in provides.get(m, [m]))}
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_the_readme_says_how_to_uninstall_with_commands_that_exist():
+    section = README.split("## Uninstall", 1)[1].split("\n## ", 1)[0]
+    commands = [line.split("#")[0].strip() for line in sh_blocks(section)[0].splitlines()]
+    assert commands[-1] == "pip uninstall agentmemrec"
+    for command in (c.split()[1:] for c in commands if c.startswith("agentmemrec ")):
+        shown = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", command[0], "--help"],
+                               capture_output=True, text=True, timeout=60).stdout
+        assert all(word in shown for word in command if word.startswith("--")), (command, shown)
