@@ -9,7 +9,7 @@ it added, the file as it was is kept beside it (`FILE.agentmemrec.bak`) before a
 - Claude Code: the server in `~/.claude.json` under the repository's folder (the "local" scope
   `claude mcp add` writes), the hooks in the repository's `.claude/settings.local.json` (private
   to you, not committed);
-- Cursor: the repository's `.cursor/mcp.json`;
+- Cursor: the repository's `.cursor/mcp.json` (kept out of git like Claude Code's settings);
 - Claude Desktop: `claude_desktop_config.json` in `~/Library/Application Support/Claude` (macOS),
   `%APPDATA%\\Claude` (Windows) or `~/.config/Claude` (Linux builds).
 """
@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ class Change:
     path: Path
     before: str | None  # None: the file does not exist
     after: str | None  # None: it still does not
+    note: str = ""  # what setup left to the user about this file
 
     @property
     def changed(self) -> bool:
@@ -126,22 +128,35 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
         return [_edit(target.user_dir / ".claude.json",
                       lambda doc: _set_server(_folder(doc, target.repo, entry is not None), entry, drop_empty=True)),
                 _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings)),
-                *([] if remove else _excluded(target.repo)),
+                *([] if remove else _excluded(target.repo, PRIVATE["claude-code"])),
                 *([] if target.project_map is None else [_edit(target.project_map, lambda doc: _map_repo(
                     doc, target.repo, None if remove else target.project))])]
-    path = target.repo / ".cursor" / "mcp.json" if target.client == "cursor" \
-        else desktop_config(target.user_dir, target.platform, {} if target.user_dir_given else None)
+    if target.client == "cursor":
+        return [_edit(target.repo / ".cursor" / "mcp.json", lambda doc: _set_server(doc, entry)),
+                *([] if remove else _excluded(target.repo, PRIVATE["cursor"]))]
+    path = desktop_config(target.user_dir, target.platform, {} if target.user_dir_given else None)
     return [_edit(path, lambda doc: _set_server(doc, entry))]
 
 
-# settings.local.json is personal (absolute paths to this machine's install): kept out of git, as
-# Claude Code does for the file it makes, with setup's backups beside it
-PRIVATE = (".claude/settings.local.json", ".claude/*.agentmemrec.bak")
+# The files setup writes into a repository hold absolute paths to this machine's install: kept out
+# of git (as Claude Code does for settings.local.json), with setup's backups beside them
+PRIVATE = {"claude-code": (".claude/settings.local.json", ".claude/*.agentmemrec.bak"),
+           "cursor": (".cursor/mcp.json", ".cursor/*.agentmemrec.bak")}
 
 
-def _excluded(repo: Path) -> list[Change]:
+def tracked(repo: Path, name: str) -> bool:
+    """Whether git tracks the file (then an exclude line would not hide its changes)."""
+    try:
+        return subprocess.run(["git", "-C", str(repo), "ls-files", "--error-unmatch", "--", name],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):  # no git here: an exclude line does no harm
+        return False
+
+
+def _excluded(repo: Path, private: tuple[str, ...]) -> list[Change]:
     """The repository's own exclude file (`.git/info/exclude`, never committed) with the private
-    files added, if a line of it does not already name them; nothing outside a git repository."""
+    files added, if a line of it does not already name them; nothing outside a git repository. A
+    file git already tracks is left to the user, with a note."""
     if not (repo / ".git").is_dir():
         return []
     path = repo / ".git" / "info" / "exclude"
@@ -149,13 +164,16 @@ def _excluded(repo: Path) -> list[Change]:
         before = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         before = None
+    shared = [p for p in private if "*" not in p and tracked(repo, p)]
+    note = "".join(f"{p} is tracked by git, so it is not excluded: it now holds this machine's paths to "
+                   "agentmemrec; commit that change only if everyone's install is there" for p in shared)
     lines = (before or "").splitlines()
-    missing = [p for p in PRIVATE if p not in lines and f"/{p}" not in lines]
+    missing = [p for p in private if p not in shared and p not in lines and f"/{p}" not in lines]
     if not missing:
-        return [Change(path, before, before)]
+        return [Change(path, before, before, note)]
     head = (before or "") + ("\n" if before and not before.endswith("\n") else "")
-    return [Change(path, before, head + "# agentmemrec setup: personal Claude Code settings\n"
-                   + "".join(f"{p}\n" for p in missing))]
+    return [Change(path, before, head + "# agentmemrec setup: files that hold this machine's paths\n"
+                   + "".join(f"{p}\n" for p in missing), note)]
 
 
 def apply(change: Change) -> Path | None:

@@ -75,6 +75,23 @@ def take_lock(home: Path) -> int | None:
     return fd
 
 
+def owner_pid(home: Path) -> int | None:
+    """The pid of the process that owns the store in `home` (it holds the lock and wrote its pid
+    there), or None when no process does."""
+    try:
+        fd = os.open(home / "owner.lock", os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # free: nobody owns the store (closing the file lets the lock go)
+    except BlockingIOError:
+        words = os.pread(fd, 32, 0).split()
+        return int(words[0]) if words and words[0].isdigit() else None
+    finally:
+        os.close(fd)
+
+
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket (Linux); elsewhere the socket's
     mode 0600 is the guard, and the peer is taken to be this user."""

@@ -93,4 +93,5 @@ def test_a_built_wheel_holds_every_module_and_the_shipped_data(tmp_path):
     data = {f"agentmemrec/ranking/models/{p.name}" for p in (ROOT / "ranking" / "models").glob("*.json")}
     data |= {f"agentmemrec/server/demo/{p.name}" for p in (ROOT / "server" / "demo").glob("*.jsonl")}
     assert data and data <= names, f"data missing from the wheel: {sorted(data - names)}"
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the wheel carries no licence"
     assert not any(n.split("/")[0] in ORDER for n in names), "a bare top-level package would shadow others"

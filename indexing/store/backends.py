@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 from agentmemrec.indexing.errors import InputError
@@ -12,6 +14,8 @@ SCHEMES = ("postgresql", "postgres")
 
 
 STORE_SETTING = "--store / AGENTMEMREC_STORE"
+TEAM_EXTRA = "pip install 'agentmemrec[team]'"
+TEAM_MODULES = ("psycopg", "psycopg_pool")  # what the team extra installs
 
 
 def check_store_url(url: str, name: str = STORE_SETTING) -> str:
@@ -21,7 +25,21 @@ def check_store_url(url: str, name: str = STORE_SETTING) -> str:
         unset = "; leave it unset for the embedded DuckDB store in the home" if name == STORE_SETTING else ""
         raise InputError(f"{name} must be a PostgreSQL URL such as "
                          f"postgresql://user:password@host:5432/agentmemrec, not {url!r}{unset}")
+    missing = [module for module in TEAM_MODULES if find_spec(module) is None]
+    if missing:
+        raise InputError(f"{name} names a PostgreSQL store, which needs the team extra ({', '.join(missing)} "
+                         f"not installed): {TEAM_EXTRA}")
     return url
+
+
+def postgres_backend() -> ModuleType:
+    """The PostgreSQL store's module, imported only when a URL names it: it needs the team extra."""
+    try:
+        from agentmemrec.indexing.store import postgres_store  # noqa: PLC0415
+    except ImportError as exc:  # psycopg absent, or present without a libpq it can load
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"the PostgreSQL store needs the team extra ({cause}): {TEAM_EXTRA}") from None
+    return postgres_store
 
 
 def open_store(home: Path, url: str | None = None) -> Store:
@@ -29,8 +47,7 @@ def open_store(home: Path, url: str | None = None) -> Store:
     if url is None:
         from agentmemrec.indexing.store.duckdb_store import DuckDBStore  # noqa: PLC0415
         return DuckDBStore(Path(home) / "memory.duckdb")
-    from agentmemrec.indexing.store.postgres_store import PostgresStore  # noqa: PLC0415 - needs the team extra
-    return PostgresStore(check_store_url(url))
+    return postgres_backend().PostgresStore(check_store_url(url))
 
 
 def describe_store(home: Path, url: str | None = None) -> tuple[str, int | None]:
@@ -39,5 +56,5 @@ def describe_store(home: Path, url: str | None = None) -> tuple[str, int | None]
     if url is None:
         database = Path(home) / "memory.duckdb"
         return str(database), database.stat().st_size if database.exists() else 0
-    from agentmemrec.indexing.store.postgres_store import described, store_bytes  # noqa: PLC0415
-    return f"postgresql://{described(check_store_url(url))}", store_bytes(url)
+    backend = postgres_backend()
+    return f"postgresql://{backend.described(check_store_url(url))}", backend.store_bytes(url)

@@ -29,8 +29,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    from agentmemrec.indexing.sources.transcripts import ProjectMap, git_root  # noqa: PLC0415
     from agentmemrec.indexing.errors import InputError  # noqa: PLC0415
+    from agentmemrec.indexing.sources.transcripts import ProjectMap  # noqa: PLC0415
     from agentmemrec.indexing.units import check_project  # noqa: PLC0415
     from agentmemrec.server import clients  # noqa: PLC0415
     from agentmemrec.server.owner_socket import HOME_ENV, STORE_ENV, default_home  # noqa: PLC0415
@@ -41,8 +41,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
                          f"{STORE_ENV} to set up the home's own store. Nothing was written.")
     if args.dir is not None and not args.dir.expanduser().is_dir():
         raise InputError(f"--dir {args.dir}: no such folder; pass the repository's folder (nothing was written)")
-    repo = git_root(str((args.dir or Path.cwd()).expanduser().resolve()))
-    project = check_project(args.project or ProjectMap().project_for(str(repo)) or "default")
+    repo = repository(args)
+    named = repo is not None  # Claude Desktop outside a repository: the default project, as `serve` gives
+    repo = repo or Path.cwd().resolve()
+    project = check_project(args.project or (ProjectMap().project_for(str(repo)) if named else None) or "default")
     env = ((HOME_ENV, str(Path(os.environ[HOME_ENV]).expanduser().resolve())),) if os.environ.get(HOME_ENV) else ()
     # a project other than the repository's own name: its captured sessions are mapped to it
     renamed = args.client == "claude-code" and project != ProjectMap().project_for(str(repo))
@@ -59,9 +61,33 @@ def cmd_setup(args: argparse.Namespace) -> int:
             backup = clients.apply(change)
             emit(f"{change.path}: {'removed agentmemrec' if args.remove else 'updated'}"
                  + (f" (the previous file is {backup})" if backup else " (new file)"))
+        if change.note:
+            emit(f"note: {change.note}")
     if args.dry_run:
         emit("dry run: nothing was written")
     elif any(c.changed for c in changes):
-        what = "removed" if args.remove else f"set up for project {project} in {repo}"
+        what = "removed" if args.remove else f"set up for project {project}" + (f" in {repo}" if named else "")
         emit(f"{args.client}: {what}; {clients.RESTART[args.client]}")
     return 0
+
+
+def repository(args: argparse.Namespace) -> Path | None:
+    """The folder to set up: the git repository around --dir or the current folder, or --dir
+    itself when it is in none. Outside any repository with no --dir, Claude Code and Cursor are
+    refused (the server would watch whatever folder setup ran in) and Claude Desktop, which
+    watches nothing, gets None. A home folder or a filesystem root is never watched."""
+    from agentmemrec.indexing.errors import InputError  # noqa: PLC0415
+    from agentmemrec.indexing.sources.transcripts import git_root  # noqa: PLC0415
+    start = (args.dir or Path.cwd()).expanduser().resolve()
+    repo = git_root(str(start))
+    if args.dir is None and not (repo / ".git").exists():
+        if args.client == "claude-desktop":
+            return None
+        raise InputError(f"{start} is not in a git repository: run setup in the repository, or name the folder "
+                         "to set up with --dir (nothing was written)")
+    if args.client != "claude-desktop" and args.watch and not args.remove \
+            and repo in (Path.home().resolve(), Path(repo.anchor)):
+        what = "your home folder" if repo == Path.home().resolve() else "the filesystem's root"
+        raise InputError(f"{repo} is {what}: its server would watch every file under it; run setup in a "
+                         "repository, or add --no-watch (nothing was written)")
+    return repo

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
+import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
-from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.segments import INDEX_MEMORY
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.server.cli.common import (
@@ -25,9 +28,12 @@ from agentmemrec.server.cli.common import (
     source_settings,
     transcript_args,
 )
+from agentmemrec.server.console import emit
+from agentmemrec.server.owner_socket import default_home, owner_pid
 from agentmemrec.server.settings import MAX_REQUEST_BYTES, Settings, watch_folders
 
 log = logging.getLogger("agentmemrec")
+STOP_WAIT_S = 30.0  # an owner hands the store back within a call's time; longer is stuck
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -63,6 +69,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                        "without serving MCP (`agentmemrec hook` starts one when none runs)")
     p.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
                    help="exit after this long without a call from another process (default: never)")
+    p.add_argument("--stop", action="store_true",
+                   help="stop the process that owns the memory store (one a hook started, or a server) and exit")
     p.add_argument("--pool-size", type=at_least(0), default=DEFAULT_POOL,
                    help=f"candidates ranked (default {DEFAULT_POOL}; 0: the whole history)")
     device_arg(p)
@@ -123,16 +131,18 @@ def _check_port(host: str, port: int) -> None:
 def cmd_owner(args: argparse.Namespace) -> int:
     """Own the store until stopped (SIGTERM, ^C) or idle; if another process owns it, leave."""
     from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
+    if args.stop:
+        return stop_owner(default_home().expanduser())
     settings = Settings.load(pool_size=args.pool_size, device=args.device)
     if settings.store is not None:
         log.info("a PostgreSQL store has no owner: every process opens it itself (for Claude Code's "
                  "hooks, use serve --http and its http hook; see docs/clients.md)")
         return 0
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before the lock is taken: `owner --stop` may come at once
+        signal.signal(sig, lambda *_: stop.set())
     shared = shared_memory(settings).start()
     long_lived_collector()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         if not shared.is_owner:
             log.info("another process owns the memory store in %s; nothing to do", settings.home)
@@ -145,6 +155,25 @@ def cmd_owner(args: argparse.Namespace) -> int:
                 break
     finally:
         shared.close()
+    return 0
+
+
+def stop_owner(home: Path, wait_s: float = STOP_WAIT_S) -> int:
+    """Ask the store's owner to leave (SIGTERM: it hands the store back as on an idle exit) and
+    wait until it has."""
+    pid = owner_pid(home)
+    if pid is None:
+        emit(f"no process owns the memory store in {home}")
+        return 0
+    with contextlib.suppress(ProcessLookupError):  # it left on its own meanwhile
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while owner_pid(home) == pid:
+        if time.monotonic() > deadline:
+            raise StoreError(f"process {pid}, which owns the memory store in {home}, did not stop within "
+                             f"{wait_s:.0f} s; stop it with: kill -9 {pid}")
+        time.sleep(0.05)
+    emit(f"stopped process {pid}, which owned the memory store in {home}")
     return 0
 
 

@@ -199,3 +199,69 @@ def test_setup_with_a_team_store_is_refused_and_points_to_the_http_server(folder
     assert "AGENTMEMREC_STORE names a PostgreSQL store" in err and "agentmemrec serve --http" in err
     assert "Nothing was written" in err and len(err.strip().splitlines()) == 1
     assert {p: p.read_bytes() for p in before} == before and not (repo / ".cursor").exists()
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_cursor_files_holding_this_machines_paths_stay_out_of_git(tmp_path, capsys):
+    user, repo = tmp_path / "user", tmp_path / "web-frontend"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    for extra in ([], [], ["--remove"]):  # the second run makes a backup
+        assert setup(user, repo, "cursor", *extra) == 0
+    assert (repo / ".cursor" / "mcp.json.agentmemrec.bak").exists()
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_a_cursor_config_the_repository_tracks_is_left_tracked_and_setup_says_so(tmp_path, capsys):
+    user, repo = tmp_path / "user", tmp_path / "web-frontend"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    (repo / ".cursor").mkdir()
+    (repo / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {"db": {"command": "db-mcp"}}}))
+    git(repo, "add", ".cursor/mcp.json")
+    git(repo, "commit", "-qm", "the team's servers")
+    assert setup(user, repo, "cursor") == 0
+    assert "note: .cursor/mcp.json is tracked by git, so it is not excluded" in capsys.readouterr().out
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == " M .cursor/mcp.json\n"
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor"])
+def test_setup_outside_a_repository_is_refused_unless_dir_names_the_folder(tmp_path, monkeypatch, capsys, client):
+    user, folder = tmp_path / "user", tmp_path / "notes"
+    user.mkdir()
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    assert main(["setup", client, "--user-dir", str(user)]) == 2
+    err = capsys.readouterr().err
+    assert f"{folder.resolve()} is not in a git repository: run setup in the repository, or name the folder" in err
+    assert list(user.iterdir()) == [] and list(folder.iterdir()) == []
+    assert main(["setup", client, "--user-dir", str(user), "--dir", "."]) == 0
+    assert f"set up for project notes in {folder.resolve()}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor"])
+def test_a_home_folder_or_the_root_is_never_watched(tmp_path, monkeypatch, capsys, client):
+    user = tmp_path / "me"
+    (user / ".git").mkdir(parents=True)  # a home kept in git (dotfiles) is no exception
+    monkeypatch.setenv("HOME", str(user))
+    for folder, said in ((user, "is your home folder"), (Path("/"), "is the filesystem's root")):
+        assert main(["setup", client, "--dir", str(folder), "--user-dir", str(user)]) == 2
+        assert f"{said}: its server would watch every file under it" in capsys.readouterr().err
+    assert sorted(p.name for p in user.iterdir()) == [".git"]
+    assert main(["setup", client, "--dir", str(user), "--user-dir", str(user), "--no-watch", "--dry-run"]) == 0
+
+
+def test_claude_desktop_set_up_outside_a_repository_serves_the_default_project(tmp_path, monkeypatch, capsys):
+    user, folder = tmp_path / "user", tmp_path / "Downloads"
+    user.mkdir()
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    assert main(["setup", "claude-desktop", "--user-dir", str(user)]) == 0
+    servers = read(user / ".config" / "Claude" / "claude_desktop_config.json")["mcpServers"]
+    assert servers["agentmemrec"]["args"][-3:] == ["serve", "--project", "default"]
+    assert "claude-desktop: set up for project default; quit and restart" in capsys.readouterr().out

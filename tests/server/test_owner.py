@@ -7,10 +7,13 @@ import fcntl
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from importlib import resources
 from pathlib import Path
 
+import anyio
 import pytest
 
 from agentmemrec.indexing.errors import InputError, StoreError
@@ -205,3 +208,24 @@ def test_a_caller_that_leaves_before_its_answer_costs_one_log_line_not_a_traceba
     assert "Traceback" not in capfd.readouterr().err
     went = [r.levelname for r in caplog.records if "went away" in r.getMessage()]
     assert went and set(went) == {"INFO"}
+
+
+@pytest.mark.anyio
+async def test_owner_stop_stops_the_process_a_hook_started_and_only_when_one_runs(home, capsys):
+    from agentmemrec.server.cli import main
+    from agentmemrec.server.owner_socket import owner_pid
+    assert main(["owner", "--stop"]) == 0
+    assert capsys.readouterr().out == f"no process owns the memory store in {home}\n"
+    assert not home.exists()  # asking made nothing
+    started = subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "owner", "--idle-exit", "3600"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # as the hook starts it
+    try:
+        with anyio.fail_after(120):
+            while owner_pid(home) != started.pid:
+                await anyio.sleep(0.1)
+        assert main(["owner", "--stop"]) == 0
+        assert capsys.readouterr().out == f"stopped process {started.pid}, which owned the memory store in {home}\n"
+        assert started.wait(timeout=60) == 0 and owner_pid(home) is None
+    finally:
+        started.kill()
+        started.wait()

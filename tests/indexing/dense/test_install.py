@@ -3,13 +3,18 @@ export, and a hub id served from the local Hugging Face cache. Real int8 models 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
+import socket
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
+import pytest
 
 from agentmemrec.indexing.dense.default_set import CPU_SET, wheel_cache
 from agentmemrec.indexing.dense.embedder import OnnxEmbedder
@@ -233,3 +238,52 @@ def test_models_list_flags_a_model_whose_weights_were_damaged(default_home, tmp_
     weights.write_bytes(weights.read_bytes()[:100_000])
     assert main(["models", "list"]) == 0
     assert "DAMAGED: bge-small-en-v1.5's weights are not the ones installed" in capsys.readouterr().out
+
+
+@pytest.fixture
+def dropping_hub(tmp_path, monkeypatch) -> Iterator[str]:
+    """A hub host that accepts connections and closes them at once (a proxy, a captive portal, a
+    reset), with an empty Hugging Face cache."""
+    from huggingface_hub import constants
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def drop() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                server.accept()[0].close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setitem(sys.modules, "optimum", None)
+    monkeypatch.setenv("AGENTMEMREC_HOME", str(tmp_path / "home"))
+    yield url
+    server.close()
+
+
+def _one_line_unreachable(capsys, url: str) -> None:
+    assert main(["models", "install", "BAAI/bge-small-en-v1.5", "--as", "embedder"]) == 2
+    err = capsys.readouterr().err
+    assert f"the hub ({url}) cannot be reached" in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def test_a_hub_that_drops_the_request_is_one_clear_line(dropping_hub, capsys):
+    _one_line_unreachable(capsys, dropping_hub)
+
+
+# What each huggingface_hub generation raises for a dropped request or a timeout: 0.x through
+# requests, 1.x through httpx, 2.x through httpx2 (the audit's fresh install: RemoteProtocolError).
+@pytest.mark.parametrize("module,error", [
+    ("requests.exceptions", "ReadTimeout"), ("requests.exceptions", "ConnectionError"),
+    ("httpx", "RemoteProtocolError"), ("httpx", "ReadTimeout"), ("httpx2", "RemoteProtocolError"), ("httpx2", "ReadTimeout")])
+def test_every_hub_client_generation_dropping_the_request_is_one_clear_line(dropping_hub, capsys, monkeypatch,
+                                                                            module, error):
+    from huggingface_hub import HfApi
+    raised = getattr(pytest.importorskip(module), error)
+
+    def model_info(*args, **kwargs):
+        raise raised("Server disconnected without sending a response.")
+
+    monkeypatch.setattr(HfApi, "model_info", model_info)
+    _one_line_unreachable(capsys, dropping_hub)

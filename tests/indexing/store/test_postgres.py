@@ -4,7 +4,10 @@ other's writes, serialise their writes per project and embed one at a time."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import threading
 from datetime import datetime
 
@@ -229,3 +232,34 @@ def test_a_replica_whose_embedder_is_idle_notes_the_units_another_replica_wrote_
         assert "30 units not yet embedded" in " ".join(reader.recall("p", "rotate credentials").notes)
     writer.close()
     reader.close()
+
+
+URL = "postgresql://someone@127.0.0.1:1/memory"
+# The CLI in a process where psycopg cannot be imported: absent (a plain install, without the team
+# extra), or present but unable to load libpq (a stand-in package on the path raises as psycopg does).
+WITHOUT_PSYCOPG = "import sys; sys.modules['psycopg'] = sys.modules['psycopg_pool'] = None\n"
+
+
+def _cli(tmp_path, prelude: str, *args: str, path: str = "") -> subprocess.CompletedProcess[str]:
+    code = prelude + "import sys; from agentmemrec.server.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "AGENTMEMREC_HOME": str(tmp_path / "home"), **({"PYTHONPATH": path} if path else {})}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args", [("stats", "--store", URL), ("recall", "x", "--store", URL), ("migrate", "--to", URL),
+                                  ("serve", "--http", "--port", "1", "--store", URL), ("serve", "--store", URL)])
+def test_a_store_url_without_the_team_extra_is_one_line_naming_the_extra(tmp_path, args):
+    done = _cli(tmp_path, WITHOUT_PSYCOPG, *args)
+    assert done.returncode == 2 and not done.stdout, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "needs the team extra (psycopg, psycopg_pool not installed): pip install 'agentmemrec[team]'" in done.stderr
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_psycopg_that_cannot_load_libpq_is_one_line_naming_the_extra(tmp_path):
+    (tmp_path / "fake" / "psycopg").mkdir(parents=True)
+    (tmp_path / "fake" / "psycopg" / "__init__.py").write_text("raise ImportError('no pq wrapper available.')\n")
+    done = _cli(tmp_path, "", "stats", "--store", URL, path=str(tmp_path / "fake"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "needs the team extra (no pq wrapper available.): pip install 'agentmemrec[team]'" in done.stderr
