@@ -22,10 +22,12 @@ from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
+from agentmemrec.server.abridged import brief
 from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access, store_unavailable
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
     DEFAULT_BUDGET,
+    DEFAULT_OTHERS,
     AsOf,
     Budget,
     ExpectedRefs,
@@ -33,6 +35,7 @@ from agentmemrec.server.schema import (
     ForgetRefs,
     ForgetResult,
     Items,
+    Others,
     Project,
     Query,
     RememberResult,
@@ -130,9 +133,13 @@ def tool_result(result: SlateResult) -> CallToolResult:
     """The slate as its model reads it. Claude Code and VS Code hand the model
     `JSON.stringify(structuredContent)` and drop the text block, so what the structured result holds
     is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
-    comes only when asked for. The text block is that JSON as `JSON.stringify` writes it, so every
-    client's model reads the same bytes."""
-    data = result.model_dump(mode="json", exclude={"items"} if result.items is None else set())
+    comes only when asked for."""
+    return json_result(result.model_dump(mode="json", exclude={"items"} if result.items is None else set()))
+
+
+def json_result(data: dict[str, Any]) -> CallToolResult:
+    """A structured result whose text block is that JSON as `JSON.stringify` writes it, so every
+    client's model reads the same bytes (the SDK's own text block is indented: half again as long)."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
@@ -216,16 +223,19 @@ def create_server(settings: Settings) -> MCPServer:
         return tool_result(slate)
 
     @tool(server, "Explain a slate", read_only=True)
-    def explain_selection(slate_id: SlateId, ctx: Context, refs: ExpectedRefs = None) -> Explanation:
-        """Explain how a slate was chosen: every pool candidate with its channel ranks and scores,
-        its status in force, its final rank and what happened to it (in slate, skipped over budget,
-        left out as a superseded decision without its successor), plus the token accounting.
+    def explain_selection(slate_id: SlateId, ctx: Context, refs: ExpectedRefs = None,
+                          candidates: Others = DEFAULT_OTHERS) -> Annotated[CallToolResult, Explanation]:
+        """Explain how a slate was chosen: the pipeline that ran, the token accounting, and the
+        slate's items with the best-ranked candidates it left out, each with its rank in each
+        channel, its score, status in force, final rank, what happened to it (in slate, skipped
+        over budget, left out as a superseded decision without its successor) and the features
+        that most raised its score.
 
         Pass `refs` (refs or ids of facts you expected) to learn where each was lost: never
         stored, not eligible (after as_of), never reached the pool, lost in ranking, or lost to
-        the budget."""
+        the budget. Pass `candidates` to list more of the candidates the slate left out."""
         allowed = access_of(ctx).allowed
-        return Explanation(**_core(memory_of(ctx).explain, slate_id, allowed, refs or ()))
+        return json_result(brief(_core(memory_of(ctx).explain, slate_id, allowed, refs or (), candidates)))
 
     @tool(server, "Forget", read_only=False, destructive=True, idempotent=False)
     def forget(refs: ForgetRefs, ctx: Context, project: Project = None) -> ForgetResult:

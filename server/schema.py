@@ -17,7 +17,12 @@ from agentmemrec.indexing.units import KINDS, MAX_BATCH, MAX_FIELD_CHARS, MAX_TE
 from agentmemrec.ranking.memory import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
 
 DEFAULT_BUDGET = 2700
-MAX_REFS = 1000  # refs named in one forget or explanation
+MAX_REFS = 1000  # refs named in one forget
+# An explanation is a tool result, and Claude Code refuses one over 25,000 tokens
+# (MAX_MCP_OUTPUT_TOKENS): it lists at most MAX_LISTED candidates (ranking/explanation.py), a few
+# units of each expected ref, and takes this many refs.
+MAX_EXPECTED = 50
+DEFAULT_OTHERS, MAX_OTHERS = 20, 100
 MAX_PROJECT_CHARS = 64
 
 
@@ -70,8 +75,12 @@ WithItems = Annotated[bool, Field(
 SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 16 digits)",
                                max_length=64)]
 ExpectedRefs = Annotated[list[str] | None, Field(
-    description="Refs or ids ('#42') of facts you expected in the slate: the explanation says "
-                "where each was lost", max_length=MAX_REFS)]
+    description=f"Refs or ids ('#42') of facts you expected in the slate, at most {MAX_EXPECTED}: the "
+                "explanation says where each was lost", max_length=MAX_EXPECTED)]
+Others = Annotated[int, Field(
+    description=f"How many candidates outside the slate to list, best-ranked first (0-{MAX_OTHERS}); the "
+                "slate's items and the candidates `refs` names are always listed",
+    ge=0, le=MAX_OTHERS)]
 ForgetRefs = Annotated[list[str], Field(
     description="Refs (every chunk of a note goes) or ids ('#42') to remove; unknown ones fail the "
                 "whole call", min_length=1, max_length=MAX_REFS)]
@@ -160,7 +169,12 @@ class Explanation(BaseModel):
     excluded_as_of: int
     successors: list[int] = Field(default_factory=list, description="Ids of successor decisions shown "
                                   "with the decision they supersede")
-    candidates: list[dict[str, Any]]
+    candidates: list[dict[str, Any]] = Field(description=(
+        "In rank order: the slate's items, the candidates `refs` names and the best-ranked others, each "
+        "with its rank, pool_rank, score, tokens, outcome (lost_to: ranking or budget), its rank in each "
+        "channel, its cross-encoder logit and the features that most raised its score"))
+    candidates_left_out: int = Field(0, description="Pool candidates not listed (`agentmemrec explain "
+                                     "SLATE_ID` lists them all, with every feature)")
     diagnosis: list[dict[str, Any]] | None = None
     notes: list[str] = Field(default_factory=list)
 

@@ -38,7 +38,9 @@ async def test_every_tool_parameter_is_described_and_carries_the_limits_the_serv
     assert (budget["minimum"], budget["maximum"], budget["default"]) == (200, 200_000, 2700)
     assert tools["recall_slate"]["properties"]["query"]["maxLength"] == 8000
     assert tools["forget"]["properties"]["refs"]["maxItems"] == 1000
-    assert limit(tools["explain_selection"]["properties"]["refs"], "maxItems") == 1000
+    assert limit(tools["explain_selection"]["properties"]["refs"], "maxItems") == 50
+    listed = tools["explain_selection"]["properties"]["candidates"]
+    assert (listed["minimum"], listed["maximum"], listed["default"]) == (0, 100, 20)
 
 
 def limit(spec: dict, key: str) -> int:

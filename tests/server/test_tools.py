@@ -190,7 +190,7 @@ async def test_a_text_repeated_across_sessions_enters_a_slate_once(client):
     slate = await call(client, "recall_slate", with_items=True, budget_tokens=300,
                        query="How do we deploy to prod and how do we roll back a bad deploy?")
     assert slate["context"].count(deploy) == 1 and "make rollback" in slate["context"]
-    why = await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["d7"])
+    why = await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["d7"], candidates=40)
     outcomes = [c["outcome"] for c in why["candidates"]]
     assert outcomes.count("duplicate_in_slate") == 29
     assert why["diagnosis"][0]["stage"] == "in_slate"  # its text is there, under its twin's id
