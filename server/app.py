@@ -5,7 +5,10 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import re
+import signal
+import sys
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, TypeVar
 
@@ -149,23 +152,54 @@ def stored(project: str, results: list[WriteResult]) -> RememberResult:
         StoredItem(ref=r.ref, ids=list(r.ids), outcome=r.outcome) for r in results])
 
 
-def create_server(settings: Settings) -> MCPServer:
+@asynccontextmanager
+async def until_signal(watch: bool) -> AsyncIterator[anyio.Event]:
+    """Run the body until SIGINT or SIGTERM (when `watch`), which cancels it and sets the event.
+    A second signal ends the process at once: closing may wait for an embedding batch."""
+    stopped = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        async def on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("%s: closing the memory store and exiting", signal.Signals(signum).name)
+                    break
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            stopped.set()
+            tg.cancel_scope.cancel()
+        if watch:
+            tg.start_soon(on_signal)
+        try:
+            yield stopped
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer:
+    """The server. `exit_on_signal` (stdio): SIGINT or SIGTERM closes the store, which finishes the
+    calls in flight first, and ends the process. The SDK's stdin reader is a thread blocked on a
+    read that nothing interrupts, and the SDK waits for it, so the process could otherwise only
+    end when the client closes stdin (and ^C printed a traceback but left it running)."""
     shared = shared_memory(settings)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[SharedMemory]:
-        await anyio.to_thread.run_sync(shared.start)
-        where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
-        log.info("memory store in %s (%s); %s", where,
-                 "a PostgreSQL store every process opens itself" if settings.store else
-                 "this process owns it" if shared.is_owner else "another process owns it",
-                 "access by bearer token" if settings.http else
-                 f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
-        try:
-            async with background_sources(settings, shared):  # watched notes, captured sessions
-                yield shared
-        finally:
-            shared.close()
+        async with until_signal(exit_on_signal) as stopped:
+            await anyio.to_thread.run_sync(shared.start)
+            where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
+            log.info("memory store in %s (%s); %s", where,
+                     "a PostgreSQL store every process opens itself" if settings.store else
+                     "this process owns it" if shared.is_owner else "another process owns it",
+                     "access by bearer token" if settings.http else
+                     f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
+            try:
+                async with background_sources(settings, shared):  # watched notes, captured sessions
+                    yield shared
+            finally:
+                shared.close()
+        if stopped.is_set():
+            sys.stderr.flush()
+            os._exit(0)
 
     auth: dict[str, Any] = {}
     if settings.http:  # the SDK's bearer middleware answers 401 before any tool runs

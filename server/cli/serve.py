@@ -95,13 +95,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = serve_settings(args)
     if args.http:
         _check_port(args.host, args.port)
-    server = create_server(settings)
+    server = create_server(settings, exit_on_signal=not args.http)
     long_lived_collector()
     if args.http:
-        # on a PostgreSQL store a replica keeps no session state, so any replica may take any
-        # request (a load balancer needs no sticky sessions)
-        server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
-                   max_request_body_size=settings.max_request_bytes)
+        try:
+            # on a PostgreSQL store a replica keeps no session state, so any replica may take any
+            # request (a load balancer needs no sticky sessions)
+            server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
+                       max_request_body_size=settings.max_request_bytes)
+        except KeyboardInterrupt:  # uvicorn shut down and closed the store, then raised ^C again
+            pass
     else:
         server.run("stdio")
     return 0
