@@ -221,7 +221,9 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
             raise MCPError(-32001, "this request carries no accepted bearer token")
         return access
 
-    @tool(server, "Remember", read_only=False)
+    # destructive: a ref written again replaces its text, and `supersedes` changes another
+    # decision's status; idempotent: the same call again stores nothing more
+    @tool(server, "Remember", read_only=False, destructive=True)
     def remember(items: Items, ctx: Context, project: Project = None) -> RememberResult:
         """Store up to 1,000 items (conversation turns, decisions, file notes) in project memory.
 
@@ -271,7 +273,7 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
         allowed = access_of(ctx).allowed
         return json_result(brief(_core(memory_of(ctx).explain, slate_id, allowed, refs or (), candidates)))
 
-    @tool(server, "Forget", read_only=False, destructive=True, idempotent=False)
+    @tool(server, "Forget", read_only=False, destructive=True)  # again: refused, nothing more removed
     def forget(refs: ForgetRefs, ctx: Context, project: Project = None) -> ForgetResult:
         """Permanently remove units by ref (all chunks of a note) or id ('#42'). They never appear
         in a later slate or explanation. Unknown refs fail the whole call and remove nothing."""

@@ -405,7 +405,9 @@ async def test_tools_are_annotated_and_typed(client):
     assert all(tools[t].annotations.read_only_hint for t in ("list_projects", "decisions_in_force", "show_unit"))
     assert tools["recall_slate"].annotations.read_only_hint is True
     assert tools["explain_selection"].annotations.read_only_hint is True
-    assert tools["forget"].annotations.destructive_hint is True
+    for name in ("remember", "forget"):  # remember replaces a ref's text and supersedes decisions
+        hints = tools[name].annotations
+        assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (False, True, True)
     assert tools["recall_slate"].output_schema["properties"]["context"]["type"] == "string"
 
 
