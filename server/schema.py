@@ -14,9 +14,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from agentmemrec.indexing.units import KINDS, MAX_BATCH, MAX_FIELD_CHARS, MAX_TEXT_BYTES
-from agentmemrec.ranking.memory import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET
 
 DEFAULT_BUDGET = 2700
+# A tool's budget: Claude Code refuses a tool result over 25,000 tokens (MAX_MCP_OUTPUT_TOKENS), so
+# a slate or digest stays under it with its other fields (the core and the CLI take up to 200,000).
+MAX_TOOL_BUDGET = 20_000
 MAX_REFS = 1000  # refs named in one forget
 # An explanation is a tool result, and Claude Code refuses one over 25,000 tokens
 # (MAX_MCP_OUTPUT_TOKENS): it lists at most MAX_LISTED candidates (ranking/explanation.py), a few
@@ -64,8 +67,9 @@ Query = Annotated[str, Field(
     description="What the slate should answer: the task, question or topic, in plain words",
     min_length=1, max_length=MAX_QUERY_CHARS)]
 Budget = Annotated[int, Field(
-    description=f"The slate's size in tokens, headers included ({MIN_BUDGET}-{MAX_BUDGET})",
-    ge=MIN_BUDGET, le=MAX_BUDGET)]
+    description=f"The slate's size in tokens, headers included ({MIN_BUDGET}-{MAX_TOOL_BUDGET}: clients "
+                "refuse a tool result over 25,000 tokens)",
+    ge=MIN_BUDGET, le=MAX_TOOL_BUDGET)]
 AsOf = Annotated[str | None, Field(
     description="ISO 8601 time: only what was recorded by then is eligible (default: everything stored)",
     max_length=64)]
@@ -86,8 +90,8 @@ ForgetRefs = Annotated[list[str], Field(
                 "whole call", min_length=1, max_length=MAX_REFS)]
 UnitRef = Annotated[str, Field(description="A ref or an id ('#42') of the item to show",
                                 min_length=1, max_length=MAX_FIELD_CHARS)]
-DigestBudget = Annotated[int, Field(description=f"The digest's size in tokens ({MIN_BUDGET}-{MAX_BUDGET})",
-                                    ge=MIN_BUDGET, le=MAX_BUDGET)]
+DigestBudget = Annotated[int, Field(description=f"The digest's size in tokens ({MIN_BUDGET}-{MAX_TOOL_BUDGET})",
+                                    ge=MIN_BUDGET, le=MAX_TOOL_BUDGET)]
 
 
 class StoredItem(BaseModel):
@@ -270,7 +274,7 @@ def _problem(err: Any) -> str:
     if kind in ("string_too_short", "too_short"):
         return "is empty" if kind == "string_too_short" else f"needs at least {ctx.get('min_length')} entry"
     if kind in ("greater_than_equal", "less_than_equal"):
-        return f"must be between {MIN_BUDGET} and {MAX_BUDGET}" if err["loc"] == ("budget_tokens",) \
+        return f"must be between {MIN_BUDGET} and {MAX_TOOL_BUDGET}" if err["loc"] == ("budget_tokens",) \
             else f"must be {'at least' if kind == 'greater_than_equal' else 'at most'} " \
                  f"{ctx.get('ge', ctx.get('le'))}"
     expected = {"string_type": "text", "int_type": "a whole number", "int_parsing": "a whole number",

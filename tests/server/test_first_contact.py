@@ -35,7 +35,7 @@ async def test_every_tool_parameter_is_described_and_carries_the_limits_the_serv
     assert item["text"]["maxLength"] == 128 * 1024 and limit(item["ref"], "maxLength") == 512
     assert all(spec.get("description") for spec in item.values())
     budget = tools["recall_slate"]["properties"]["budget_tokens"]
-    assert (budget["minimum"], budget["maximum"], budget["default"]) == (200, 200_000, 2700)
+    assert (budget["minimum"], budget["maximum"], budget["default"]) == (200, 20_000, 2700)  # a client takes it
     assert tools["recall_slate"]["properties"]["query"]["maxLength"] == 8000
     assert tools["forget"]["properties"]["refs"]["maxItems"] == 1000
     assert limit(tools["explain_selection"]["properties"]["refs"], "maxItems") == 50
