@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
+from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 
 from agentmemrec.indexing.errors import InputError, StoreError
@@ -26,7 +27,13 @@ from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
 from agentmemrec.server.abridged import brief
-from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access, store_unavailable
+from agentmemrec.server.auth import (
+    OriginCheck,
+    StoreTokenVerifier,
+    auth_settings,
+    principal_access,
+    store_unavailable,
+)
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
     DEFAULT_BUDGET,
@@ -89,11 +96,12 @@ class MemoryServer(MCPServer):
 
     def streamable_http_app(self, **kwargs: Any) -> Any:
         """The SDK's app, whose bearer middleware answers a token the store could not check with
-        503 (`store_unavailable`), not 401."""
+        503 (`store_unavailable`), not 401, behind the Host and Origin checks for every route."""
         app = super().streamable_http_app(**kwargs)
         for middleware in app.user_middleware:
             if middleware.cls is AuthenticationMiddleware:
                 middleware.kwargs["on_error"] = store_unavailable
+        app.user_middleware.insert(0, Middleware(OriginCheck, host=kwargs.get("host", "127.0.0.1")))
         return app
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
