@@ -25,6 +25,7 @@ from agentmemrec.server.cli.common import (
     source_settings,
     transcript_args,
 )
+from agentmemrec.server.owner_socket import private_home
 from agentmemrec.server.settings import MAX_REQUEST_BYTES, Settings, watch_folders
 
 log = logging.getLogger("agentmemrec")
@@ -93,6 +94,8 @@ def long_lived_collector() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentmemrec.server.app import create_server  # noqa: PLC0415
     settings = serve_settings(args)
+    if settings.store is None:  # a home it cannot use stops it here, not in the server's start
+        private_home(settings.home)
     if args.http:
         _check_port(args.host, args.port)
     server = create_server(settings, exit_on_signal=not args.http)
