@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated, Any, AsyncIterator, Callable, TypeVar
 
 import anyio
@@ -193,12 +194,15 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[SharedMemory]:
         async with until_signal(exit_on_signal) as stopped:
-            await anyio.to_thread.run_sync(shared.start)
+            try:  # a store that cannot be opened leaves the server up: every call says why
+                await anyio.to_thread.run_sync(partial(shared.start, raise_errors=True))
+                state = ("a PostgreSQL store every process opens itself" if settings.store else
+                         "this process owns it" if shared.is_owner else "another process owns it")
+            except StoreError as exc:
+                log.error("%s", exc)
+                state = "it cannot be opened: every call says why until it is fixed"
             where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
-            log.info("memory store in %s (%s); %s", where,
-                     "a PostgreSQL store every process opens itself" if settings.store else
-                     "this process owns it" if shared.is_owner else "another process owns it",
-                     "access by bearer token" if settings.http else
+            log.info("memory store in %s (%s); %s", where, state, "access by bearer token" if settings.http else
                      f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
             try:
                 async with background_sources(settings, shared):  # watched notes, captured sessions
