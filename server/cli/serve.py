@@ -101,6 +101,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = create_server(settings, exit_on_signal=not args.http)
     long_lived_collector()
     if args.http:
+        from uvicorn.config import LOGGING_CONFIG  # noqa: PLC0415
+        # uvicorn writes its access log to stdout: every log line goes to stderr. The SDK builds
+        # uvicorn's Config with the default dictionary, so the change is made there.
+        LOGGING_CONFIG["handlers"]["access"]["stream"] = "ext://sys.stderr"
         try:
             # on a PostgreSQL store a replica keeps no session state, so any replica may take any
             # request (a load balancer needs no sticky sessions)

@@ -55,6 +55,7 @@ async def test_requests_without_a_valid_token_are_refused_before_any_tool_runs(h
             slate = await call(client, "recall_slate", with_items=True, query="written without a token")
             assert slate["items"] == []
     assert any("unknown or revoked bearer token" in line for line in server.log)
+    assert any('"POST /mcp HTTP/1.1" 401' in line for line in server.log)  # the access log is on stderr too
 
 
 async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(home, capsys):
