@@ -17,6 +17,7 @@ import numpy as np
 
 from agentmemrec.indexing.store.protocol import Store
 from agentmemrec.indexing.units import Unit, parse_time
+from agentmemrec.ranking.features import FEATURE_NAMES
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.slate import HEADER_RESERVE, Outcome, Slate, SlateInputs, display_status, item_tokens
 
@@ -24,6 +25,7 @@ PACKED = 2  # the payload's "packed" version
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 LOST_TO = (None, "ranking", "budget")  # why a candidate skipped over budget is out: see `lost_to`
 DECIMALS = 4  # features are shown rounded: they are saved as float32, exact to about 7 digits
+MAX_LISTED = 100  # the most candidates an abridged explanation lists, whatever the slate holds
 
 
 def _encode(values: Any, dtype: str) -> str:
@@ -170,3 +172,27 @@ def diagnose(store: Store, project: str, payload: dict[str, Any], ref: str, late
                             "not matched by any channel within twice the pool size"})
     stage = results[0]["stage"] if len({r["stage"] for r in results}) == 1 else "mixed"
     return {"ref": ref, "stage": stage, "units": results}
+
+
+def abridge(candidates: list[dict[str, Any]], named: set[int], others: int) -> list[dict[str, Any]]:
+    """Of the candidates (in rank order), the slate's items, those `named` and the `others`
+    best-ranked of the rest, in rank order: at most MAX_LISTED, the named ones first, then the
+    best-ranked (a slate of a huge budget holds more items than anyone reads in an explanation)."""
+    shown = {c["id"] for c in candidates if c["outcome"] in ("in_slate", "in_slate_as_successor")} | named
+    rest = [c["id"] for c in candidates if c["id"] not in shown][:max(0, others)]
+    keep = {c["id"] for c in sorted((c for c in candidates if c["id"] in shown or c["id"] in rest),
+                                    key=lambda c: (c["id"] not in named, c["rank"]))[:MAX_LISTED]}
+    return [c for c in candidates if c["id"] in keep]
+
+
+def add_top_features(ranker: Any, candidates: list[dict[str, Any]]) -> None:
+    """Each candidate's features that most raised its score under the ranker's model, where it
+    has a model that says (LightGBM's per-prediction contributions)."""
+    top_features = getattr(ranker, "top_features", None)
+    chosen = [c for c in candidates if c.get("features")]
+    if top_features is None or not chosen:
+        return
+    rows = [[float("nan") if c["features"].get(n) is None else c["features"][n] for n in FEATURE_NAMES]
+            for c in chosen]
+    for c, top in zip(chosen, top_features(rows)):
+        c["top_features"] = dict(top)  # feature -> contribution, largest first

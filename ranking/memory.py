@@ -35,8 +35,8 @@ from agentmemrec.indexing.units import (
     validate_batch,
 )
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
-from agentmemrec.ranking.explanation import diagnose, pack_pool, unpack
-from agentmemrec.ranking.features import FEATURE_NAMES, warm_text_features
+from agentmemrec.ranking.explanation import abridge, add_top_features, diagnose, pack_pool, unpack
+from agentmemrec.ranking.features import warm_text_features
 from agentmemrec.ranking.loading import open_models, without_served
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
 from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, warm_item_tokens
@@ -369,8 +369,11 @@ class Memory:
 
     # ---- explanation ------------------------------------------------------------------------
 
-    def explain(self, slate_id: str, allowed: set[str] | frozenset[str],
-                refs: Sequence[str] = ()) -> dict[str, Any]:
+    def explain(self, slate_id: str, allowed: set[str] | frozenset[str], refs: Sequence[str] = (),
+                others: int | None = None) -> dict[str, Any]:
+        """The saved explanation of a slate, with every candidate (`others` None) or only the
+        slate's items, the candidates `refs` name and the `others` best-ranked of the rest (see
+        `abridge`), each of those then with the features that most raised its score."""
         refs = check_names(refs, "refs") if refs else []
         valid = isinstance(slate_id, str) and SLATE_ID.fullmatch(slate_id)
         saved = self.slates.load(slate_id) if valid else None
@@ -397,19 +400,14 @@ class Memory:
             now = self.store.generation(project)
             later = None if since is None else self.store.changed_between(project, since, now)
             payload["diagnosis"] = [diagnose(self.store, project, payload, r, later or set()) for r in refs]
-        self._add_top_features(candidates)
+        if others is not None:
+            named = {u["id"] for d in payload.get("diagnosis") or [] for u in d.get("units", [])}
+            payload["candidates"] = abridge(candidates, named, others)
+            payload["candidates_left_out"] = len(candidates) - len(payload["candidates"])
+        # every listed candidate's, or the slate items' of a whole pool (hundreds take seconds)
+        add_top_features(self.ranker, [c for c in payload["candidates"] if others is not None
+                                       or c["outcome"].startswith("in_slate")])
         return payload
-
-    def _add_top_features(self, candidates: list[dict[str, Any]]) -> None:
-        """For slate items: the features that most raised their score under the current model."""
-        top_features = getattr(self.ranker, "top_features", None)
-        chosen = [c for c in candidates if c["outcome"].startswith("in_slate") and c.get("features")]
-        if top_features is None or not chosen:
-            return
-        rows = [[float("nan") if c["features"].get(n) is None else c["features"][n] for n in FEATURE_NAMES]
-                for c in chosen]
-        for c, top in zip(chosen, top_features(rows)):
-            c["top_features"] = [{"feature": n, "contribution": v} for n, v in top]
 
 
 def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import re
+import signal
+import sys
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated, Any, AsyncIterator, Callable, TypeVar
 
 import anyio
@@ -16,16 +20,25 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
+from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 
 from agentmemrec.indexing.errors import InputError, StoreError, StoreUnavailable
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
-from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access, store_unavailable
+from agentmemrec.server.abridged import brief
+from agentmemrec.server.auth import (
+    OriginCheck,
+    StoreTokenVerifier,
+    auth_settings,
+    principal_access,
+    store_unavailable,
+)
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
     DEFAULT_BUDGET,
+    DEFAULT_OTHERS,
     AsOf,
     Budget,
     ExpectedRefs,
@@ -33,6 +46,7 @@ from agentmemrec.server.schema import (
     ForgetRefs,
     ForgetResult,
     Items,
+    Others,
     Project,
     Query,
     RememberResult,
@@ -50,11 +64,22 @@ from agentmemrec.server.views import add_views
 log = logging.getLogger("agentmemrec")
 T = TypeVar("T")
 
-INSTRUCTIONS = """Long-term memory for this project. Call recall_slate at the start of a task and
-whenever earlier decisions, conversations or notes may matter; it returns a compact, token-budgeted
-slate of evidence. Call remember to store turns, decisions (with status) and file notes worth
-keeping. Call explain_selection when a slate seems to miss something; list_projects,
-decisions_in_force and show_unit show what memory holds."""
+
+def instructions(settings: Settings) -> str:
+    """What the model is told at initialize, by what this server does on its own: with Claude Code's
+    sessions captured, turns are stored already; where hooks may answer (Claude Code, HTTP), a
+    slate may already be in the prompt's context."""
+    hooked = settings.capture_claude_code or settings.http
+    return " ".join(filter(None, [
+        "Long-term memory for this project. Call recall_slate at the start of a task and whenever earlier "
+        "decisions, conversations or notes may matter; it returns a compact, token-budgeted slate of evidence.",
+        "A slate for the prompt may already be in context (a block starting 'AgentMemRec:'): then recall only "
+        "for what it does not cover." if hooked else "",
+        "Conversation turns are stored as they happen: call remember for decisions (with status), facts and "
+        "file notes worth keeping." if settings.capture_claude_code else
+        "Call remember to store turns, decisions (with status) and file notes worth keeping.",
+        "Call explain_selection when a slate seems to miss something; list_projects, decisions_in_force and "
+        "show_unit show what memory holds."]))
 
 
 def _core(fn: Callable[..., T], *args: Any, refused: str = "", **kwargs: Any) -> T:
@@ -86,11 +111,12 @@ class MemoryServer(MCPServer):
 
     def streamable_http_app(self, **kwargs: Any) -> Any:
         """The SDK's app, whose bearer middleware answers a token the store could not check with
-        503 (`store_unavailable`), not 401."""
+        503 (`store_unavailable`), not 401, behind the Host and Origin checks for every route."""
         app = super().streamable_http_app(**kwargs)
         for middleware in app.user_middleware:
             if middleware.cls is AuthenticationMiddleware:
                 middleware.kwargs["on_error"] = store_unavailable
+        app.user_middleware.insert(0, Middleware(OriginCheck, host=kwargs.get("host", "127.0.0.1")))
         return app
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
@@ -133,9 +159,13 @@ def tool_result(result: SlateResult) -> CallToolResult:
     """The slate as its model reads it. Claude Code and VS Code hand the model
     `JSON.stringify(structuredContent)` and drop the text block, so what the structured result holds
     is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
-    comes only when asked for. The text block is that JSON as `JSON.stringify` writes it, so every
-    client's model reads the same bytes."""
-    data = result.model_dump(mode="json", exclude={"items"} if result.items is None else set())
+    comes only when asked for."""
+    return json_result(result.model_dump(mode="json", exclude={"items"} if result.items is None else set()))
+
+
+def json_result(data: dict[str, Any]) -> CallToolResult:
+    """A structured result whose text block is that JSON as `JSON.stringify` writes it, so every
+    client's model reads the same bytes (the SDK's own text block is indented: half again as long)."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
@@ -145,29 +175,63 @@ def stored(project: str, results: list[WriteResult]) -> RememberResult:
         StoredItem(ref=r.ref, ids=list(r.ids), outcome=r.outcome) for r in results])
 
 
-def create_server(settings: Settings) -> MCPServer:
+@asynccontextmanager
+async def until_signal(watch: bool) -> AsyncIterator[anyio.Event]:
+    """Run the body until SIGINT or SIGTERM (when `watch`), which cancels it and sets the event.
+    A second signal ends the process at once: closing may wait for an embedding batch."""
+    stopped = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        async def on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("%s: closing the memory store and exiting", signal.Signals(signum).name)
+                    break
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            stopped.set()
+            tg.cancel_scope.cancel()
+        if watch:
+            tg.start_soon(on_signal)
+        try:
+            yield stopped
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer:
+    """The server. `exit_on_signal` (stdio): SIGINT or SIGTERM closes the store, which finishes the
+    calls in flight first, and ends the process. The SDK's stdin reader is a thread blocked on a
+    read that nothing interrupts, and the SDK waits for it, so the process could otherwise only
+    end when the client closes stdin (and ^C printed a traceback but left it running)."""
     shared = shared_memory(settings)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[SharedMemory]:
-        await anyio.to_thread.run_sync(shared.start)
-        where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
-        log.info("memory store in %s (%s); %s", where,
-                 "a PostgreSQL store every process opens itself" if settings.store else
-                 "this process owns it" if shared.is_owner else "another process owns it",
-                 "access by bearer token" if settings.http else
-                 f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
-        try:
-            async with background_sources(settings, shared):  # watched notes, captured sessions
-                yield shared
-        finally:
-            shared.close()
+        async with until_signal(exit_on_signal) as stopped:
+            try:  # a store that cannot be opened leaves the server up: every call says why
+                await anyio.to_thread.run_sync(partial(shared.start, raise_errors=True))
+                state = ("a PostgreSQL store every process opens itself" if settings.store else
+                         "this process owns it" if shared.is_owner else "another process owns it")
+            except StoreError as exc:
+                log.error("%s", exc)
+                state = "it cannot be opened: every call says why until it is fixed"
+            where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
+            log.info("memory store in %s (%s); %s", where, state, "access by bearer token" if settings.http else
+                     f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
+            try:
+                async with background_sources(settings, shared):  # watched notes, captured sessions
+                    yield shared
+            finally:
+                shared.close()
+        if stopped.is_set():
+            sys.stderr.flush()
+            os._exit(0)
 
     auth: dict[str, Any] = {}
     if settings.http:  # the SDK's bearer middleware answers 401 before any tool runs
         auth = {"token_verifier": StoreTokenVerifier(shared), "auth": auth_settings()}
     server = MemoryServer("agentmemrec", title="AgentMemRec", version=VERSION,
-                          instructions=INSTRUCTIONS, lifespan=lifespan, **auth)
+                          instructions=instructions(settings), lifespan=lifespan, **auth)
 
     if settings.http:  # Claude Code's http hooks, checked against the same bearer tokens
         server.custom_route(hook_http.PATH, methods=["POST"])(hook_http.claude_code_hook(shared, settings))
@@ -183,7 +247,9 @@ def create_server(settings: Settings) -> MCPServer:
             raise MCPError(-32001, "this request carries no accepted bearer token")
         return access
 
-    @tool(server, "Remember", read_only=False)
+    # destructive: a ref written again replaces its text, and `supersedes` changes another
+    # decision's status; idempotent: the same call again stores nothing more
+    @tool(server, "Remember", read_only=False, destructive=True)
     def remember(items: Items, ctx: Context, project: Project = None) -> RememberResult:
         """Store up to 1,000 items (conversation turns, decisions, file notes) in project memory.
 
@@ -219,18 +285,21 @@ def create_server(settings: Settings) -> MCPServer:
         return tool_result(slate)
 
     @tool(server, "Explain a slate", read_only=True)
-    def explain_selection(slate_id: SlateId, ctx: Context, refs: ExpectedRefs = None) -> Explanation:
-        """Explain how a slate was chosen: every pool candidate with its channel ranks and scores,
-        its status in force, its final rank and what happened to it (in slate, skipped over budget,
-        left out as a superseded decision without its successor), plus the token accounting.
+    def explain_selection(slate_id: SlateId, ctx: Context, refs: ExpectedRefs = None,
+                          candidates: Others = DEFAULT_OTHERS) -> Annotated[CallToolResult, Explanation]:
+        """Explain how a slate was chosen: the pipeline that ran, the token accounting, and the
+        slate's items with the best-ranked candidates it left out, each with its rank in each
+        channel, its score, status in force, final rank, what happened to it (in slate, skipped
+        over budget, left out as a superseded decision without its successor) and the features
+        that most raised its score.
 
         Pass `refs` (refs or ids of facts you expected) to learn where each was lost: never
         stored, not eligible (after as_of), never reached the pool, lost in ranking, or lost to
-        the budget."""
+        the budget. Pass `candidates` to list more of the candidates the slate left out."""
         allowed = access_of(ctx).allowed
-        return Explanation(**_core(memory_of(ctx).explain, slate_id, allowed, refs or ()))
+        return json_result(brief(_core(memory_of(ctx).explain, slate_id, allowed, refs or (), candidates)))
 
-    @tool(server, "Forget", read_only=False, destructive=True, idempotent=False)
+    @tool(server, "Forget", read_only=False, destructive=True)  # again: refused, nothing more removed
     def forget(refs: ForgetRefs, ctx: Context, project: Project = None) -> ForgetResult:
         """Permanently remove units by ref (all chunks of a note) or id ('#42'). They never appear
         in a later slate or explanation. Unknown refs fail the whole call and remove nothing."""

@@ -1,4 +1,5 @@
-"""Bearer tokens on the HTTP transport, through the SDK's own auth hooks.
+"""Bearer tokens on the HTTP transport, through the SDK's own auth hooks, and the Host and Origin
+checks every route gets (`OriginCheck`).
 
 The SDK's bearer middleware asks `StoreTokenVerifier` about each request's token and answers 401
 itself when there is none or it is unknown, so no tool runs for such a request. An accepted
@@ -16,9 +17,11 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.authentication import AuthenticationError
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentmemrec.indexing.errors import StoreError
 from agentmemrec.indexing.store.principals import Principal, hash_secret
@@ -104,3 +107,37 @@ def principal_access(ctx: Context) -> Access | None:
     return Access(f"token {token.client_id!r}", projects[0], frozenset(projects),
                   f"is not open to token {token.client_id!r} (a token with more projects comes "
                   "from `agentmemrec tokens add NAME --projects A,B`)")
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# The SDK's own DNS-rebinding defaults for a server on loopback (mcp/server/lowlevel/server.py)
+ON_LOOPBACK = TransportSecuritySettings(
+    allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+    allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+
+
+class OriginCheck:
+    """The Host and Origin checks for every route, before any other: the SDK makes them on `/mcp`
+    only, and not at all off loopback. On loopback, the SDK's: a Host other than the loopback
+    names gets 421 (DNS rebinding), an Origin other than a loopback page 403. Elsewhere the names
+    a server is reached by cannot be listed, but no web page has reason to call it: a request with
+    an Origin header (which browsers send and MCP clients and Claude Code's hooks do not) gets 403."""
+
+    def __init__(self, app: ASGIApp, host: str) -> None:
+        self.app = app
+        self.check = TransportSecurityMiddleware(ON_LOOPBACK) if host in LOOPBACK else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            if self.check is not None:
+                refused = await self.check.validate_request(request)
+            elif origin := request.headers.get("origin"):
+                log.warning("refused a request from a web page (Origin %s)", origin[:200])
+                refused = Response("Invalid Origin header", status_code=403)
+            else:
+                refused = None
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

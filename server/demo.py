@@ -60,7 +60,7 @@ async def _run(home: Path) -> None:
             emit(f"\n=== {project}: {query}\n")
             emit(slate["context"])
             emit(f"--- {len(slate['items'])} items, {slate['tokens_used']}/{slate['budget_tokens']} "
-                  f"tokens; {len(why['candidates'])} candidates in the pool, "
+                  f"tokens; {len(why['candidates']) + why['candidates_left_out']} candidates in the pool, "
                   f"{why['out_of_scope_units']} units of other projects never read")
             _pipeline(why)
 
@@ -84,11 +84,11 @@ def _pipeline(why: dict[str, Any]) -> None:
     for note in why["notes"]:
         emit(f"    note: {note}")
     for c in why["candidates"][:8]:
-        chans = " ".join(f"{n}#{h['rank']}" for n, h in c["channels"].items()) or "-"
-        cross = (c.get("features") or {}).get("cross_encoder")
+        chans = " ".join(f"{n}#{rank}" for n, rank in c["channels"].items()) or "-"
+        cross = c.get("cross_encoder")
         emit(f"  rank {c['rank']:>3}  #{c['id']:<4} {c['kind']:<8} {chans:<16} "
              f"{'cross ' + format(cross, '6.2f') if cross is not None else '':<12} "
-             f"{c['outcome']}{' (lost to ' + c['lost_to'] + ')' if c['lost_to'] else ''}")
+             f"{c['outcome']}{' (lost to ' + c['lost_to'] + ')' if c.get('lost_to') else ''}")
 
 
 def remembered(outcomes: list[str]) -> str:

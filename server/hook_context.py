@@ -41,7 +41,11 @@ WEAK_SCORE = 1.0
 # (bench/results/hook-gate-dev.json), so it was chosen on no held-out prompt. A cross-encoder
 # without a floor here is gated by WEAK_SCORE alone.
 RELEVANCE_FLOOR = {"1225ccd6afd0": -9.8}  # ms-marco-MiniLM-L-12-v2, int8: the default CPU set
-MIN_PROMPT_WORDS = 2  # "yes", "continue": nothing to look up
+MIN_PROMPT_WORDS = 2  # "yes", "continue", "はい": nothing to look up
+# Chinese and Japanese put no spaces between words (and Korean's spaced units are long): their
+# characters count, about two to a word.
+CJK = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+                 "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f]")
 
 
 def project_for(event: Mapping[str, Any], options: Mapping[str, Any]) -> str | None:
@@ -108,7 +112,7 @@ def answer(memory: Memory, event: Mapping[str, Any], options: Mapping[str, Any])
 
 def prompt_context(memory: Memory, project: str, prompt: Any, budget: int) -> dict[str, str]:
     query = prompt.strip()[:MAX_QUERY_CHARS] if isinstance(prompt, str) else ""
-    if len(query.split()) < MIN_PROMPT_WORDS:
+    if prompt_words(query) < MIN_PROMPT_WORDS:
         return {"context": "", "why": "prompt too short to look up"}
     slate = memory.recall(project, query, budget)
     weak = weak_evidence(slate, memory.models()["cross_encoder"])
@@ -117,6 +121,14 @@ def prompt_context(memory: Memory, project: str, prompt: Any, budget: int) -> di
     head = (f"AgentMemRec: stored memory of project {project} that may bear on this prompt "
             f"(recalled automatically as slate {slate.slate_id}; explain_selection says why).\n")
     return {"context": head + slate.context, "why": ""}
+
+
+def prompt_words(text: str) -> int:
+    """About how many words `text` holds, in any script: the runs between spaces that hold a letter
+    or digit, and for Chinese, Japanese and Korean characters, one word for every two."""
+    ideographic = len(CJK.findall(text))
+    spaced = sum(1 for run in CJK.sub(" ", text).split() if any(ch.isalnum() for ch in run))
+    return spaced + (ideographic + 1) // 2
 
 
 def weak_evidence(slate: Slate, cross_encoder: str | None) -> str | None:

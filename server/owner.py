@@ -339,9 +339,9 @@ class SharedMemory:
                as_of: datetime | str | None = None) -> Slate:
         return self.call("recall", project, query, budget, as_of, self.config.pool_size)
 
-    def explain(self, slate_id: str, allowed: set[str] | frozenset[str],
-                refs: Sequence[str] = ()) -> dict[str, Any]:
-        return self.call("explain", slate_id, sorted(allowed), list(refs))
+    def explain(self, slate_id: str, allowed: set[str] | frozenset[str], refs: Sequence[str] = (),
+                others: int | None = None) -> dict[str, Any]:
+        return self.call("explain", slate_id, sorted(allowed), list(refs), others)
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
         return self.call("forget", project, refs)

@@ -49,8 +49,12 @@ def private_home(home: Path) -> None:
     """The home exists, is this user's and no one else may write in it (a home another user can
     write could hold a socket or store of theirs). A new home is created 0700; one that others
     may read is made so."""
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    info = home.stat()
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = home.stat()
+    except OSError as exc:
+        raise StoreError(f"cannot use {home} as the memory store's home ({exc.strerror}); set "
+                         "AGENTMEMREC_HOME to a folder you can write, or create this one") from exc
     if info.st_uid != os.getuid():
         raise StoreError(f"the memory store's home {home} belongs to another user (uid {info.st_uid}); "
                          "use a home of your own (set AGENTMEMREC_HOME)")

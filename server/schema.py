@@ -14,10 +14,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from agentmemrec.indexing.units import KINDS, MAX_BATCH, MAX_FIELD_CHARS, MAX_TEXT_BYTES
-from agentmemrec.ranking.memory import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET
 
 DEFAULT_BUDGET = 2700
-MAX_REFS = 1000  # refs named in one forget or explanation
+# A tool's budget: Claude Code refuses a tool result over 25,000 tokens (MAX_MCP_OUTPUT_TOKENS), so
+# a slate or digest stays under it with its other fields (the core and the CLI take up to 200,000).
+MAX_TOOL_BUDGET = 20_000
+MAX_REFS = 1000  # refs named in one forget
+# An explanation is a tool result, and Claude Code refuses one over 25,000 tokens
+# (MAX_MCP_OUTPUT_TOKENS): it lists at most MAX_LISTED candidates (ranking/explanation.py), a few
+# units of each expected ref, and takes this many refs.
+MAX_EXPECTED = 50
+DEFAULT_OTHERS, MAX_OTHERS = 20, 100
 MAX_PROJECT_CHARS = 64
 
 
@@ -59,8 +67,9 @@ Query = Annotated[str, Field(
     description="What the slate should answer: the task, question or topic, in plain words",
     min_length=1, max_length=MAX_QUERY_CHARS)]
 Budget = Annotated[int, Field(
-    description=f"The slate's size in tokens, headers included ({MIN_BUDGET}-{MAX_BUDGET})",
-    ge=MIN_BUDGET, le=MAX_BUDGET)]
+    description=f"The slate's size in tokens, headers included ({MIN_BUDGET}-{MAX_TOOL_BUDGET}: clients "
+                "refuse a tool result over 25,000 tokens)",
+    ge=MIN_BUDGET, le=MAX_TOOL_BUDGET)]
 AsOf = Annotated[str | None, Field(
     description="ISO 8601 time: only what was recorded by then is eligible (default: everything stored)",
     max_length=64)]
@@ -70,15 +79,19 @@ WithItems = Annotated[bool, Field(
 SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 16 digits)",
                                max_length=64)]
 ExpectedRefs = Annotated[list[str] | None, Field(
-    description="Refs or ids ('#42') of facts you expected in the slate: the explanation says "
-                "where each was lost", max_length=MAX_REFS)]
+    description=f"Refs or ids ('#42') of facts you expected in the slate, at most {MAX_EXPECTED}: the "
+                "explanation says where each was lost", max_length=MAX_EXPECTED)]
+Others = Annotated[int, Field(
+    description=f"How many candidates outside the slate to list, best-ranked first (0-{MAX_OTHERS}); the "
+                "slate's items and the candidates `refs` names are always listed",
+    ge=0, le=MAX_OTHERS)]
 ForgetRefs = Annotated[list[str], Field(
     description="Refs (every chunk of a note goes) or ids ('#42') to remove; unknown ones fail the "
                 "whole call", min_length=1, max_length=MAX_REFS)]
 UnitRef = Annotated[str, Field(description="A ref or an id ('#42') of the item to show",
                                 min_length=1, max_length=MAX_FIELD_CHARS)]
-DigestBudget = Annotated[int, Field(description=f"The digest's size in tokens ({MIN_BUDGET}-{MAX_BUDGET})",
-                                    ge=MIN_BUDGET, le=MAX_BUDGET)]
+DigestBudget = Annotated[int, Field(description=f"The digest's size in tokens ({MIN_BUDGET}-{MAX_TOOL_BUDGET})",
+                                    ge=MIN_BUDGET, le=MAX_TOOL_BUDGET)]
 
 
 class StoredItem(BaseModel):
@@ -160,7 +173,12 @@ class Explanation(BaseModel):
     excluded_as_of: int
     successors: list[int] = Field(default_factory=list, description="Ids of successor decisions shown "
                                   "with the decision they supersede")
-    candidates: list[dict[str, Any]]
+    candidates: list[dict[str, Any]] = Field(description=(
+        "In rank order: the slate's items, the candidates `refs` names and the best-ranked others, each "
+        "with its rank, pool_rank, score, tokens, outcome (lost_to: ranking or budget), its rank in each "
+        "channel, its cross-encoder logit and the features that most raised its score"))
+    candidates_left_out: int = Field(0, description="Pool candidates not listed (`agentmemrec explain "
+                                     "SLATE_ID` lists them all, with every feature)")
     diagnosis: list[dict[str, Any]] | None = None
     notes: list[str] = Field(default_factory=list)
 
@@ -256,7 +274,7 @@ def _problem(err: Any) -> str:
     if kind in ("string_too_short", "too_short"):
         return "is empty" if kind == "string_too_short" else f"needs at least {ctx.get('min_length')} entry"
     if kind in ("greater_than_equal", "less_than_equal"):
-        return f"must be between {MIN_BUDGET} and {MAX_BUDGET}" if err["loc"] == ("budget_tokens",) \
+        return f"must be between {MIN_BUDGET} and {MAX_TOOL_BUDGET}" if err["loc"] == ("budget_tokens",) \
             else f"must be {'at least' if kind == 'greater_than_equal' else 'at most'} " \
                  f"{ctx.get('ge', ctx.get('le'))}"
     expected = {"string_type": "text", "int_type": "a whole number", "int_parsing": "a whole number",

@@ -50,6 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["hook"]:
         from agentmemrec.server.hook_process import main as hook  # noqa: PLC0415
         return hook(argv[1:])
+    try:
+        return _run(argv, list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # ^C, at start-up too (the imports take seconds): no traceback
+        return 130
+
+
+def _run(argv: list[str], given: list[str]) -> int:
     from agentmemrec.indexing.errors import InputError, StoreError  # noqa: PLC0415
     from agentmemrec.server.cli.common import setup_logging  # noqa: PLC0415
     from agentmemrec.server.console import complain  # noqa: PLC0415
@@ -58,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # told with the command's usage, not the top-level one
         args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a result file says produced it
+    args.argv = given  # what a result file says produced it
     setup_logging(args.verbose)
     try:
         return int(commands[args.command](args) or 0)

@@ -29,7 +29,7 @@ from agentmemrec.server.cli.common import (
     transcript_args,
 )
 from agentmemrec.server.console import emit
-from agentmemrec.server.owner_socket import default_home, owner_pid
+from agentmemrec.server.owner_socket import default_home, owner_pid, private_home
 from agentmemrec.server.settings import MAX_REQUEST_BYTES, Settings, watch_folders
 
 log = logging.getLogger("agentmemrec")
@@ -101,15 +101,24 @@ def long_lived_collector() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentmemrec.server.app import create_server  # noqa: PLC0415
     settings = serve_settings(args)
+    if settings.store is None:  # a home it cannot use stops it here, not in the server's start
+        private_home(settings.home)
     if args.http:
         _check_port(args.host, args.port)
-    server = create_server(settings)
+    server = create_server(settings, exit_on_signal=not args.http)
     long_lived_collector()
     if args.http:
-        # on a PostgreSQL store a replica keeps no session state, so any replica may take any
-        # request (a load balancer needs no sticky sessions)
-        server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
-                   max_request_body_size=settings.max_request_bytes)
+        from uvicorn.config import LOGGING_CONFIG  # noqa: PLC0415
+        # uvicorn writes its access log to stdout: every log line goes to stderr. The SDK builds
+        # uvicorn's Config with the default dictionary, so the change is made there.
+        LOGGING_CONFIG["handlers"]["access"]["stream"] = "ext://sys.stderr"
+        try:
+            # on a PostgreSQL store a replica keeps no session state, so any replica may take any
+            # request (a load balancer needs no sticky sessions)
+            server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
+                       max_request_body_size=settings.max_request_bytes)
+        except KeyboardInterrupt:  # uvicorn shut down and closed the store, then raised ^C again
+            pass
     else:
         server.run("stdio")
     return 0

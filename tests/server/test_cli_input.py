@@ -4,6 +4,7 @@ do, exit 2, nothing written; and --help fast, without the training stack."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -130,3 +131,16 @@ def test_serve_refuses_a_negative_pool_size_before_it_starts(home, capsys):
     with pytest.raises(SystemExit) as done:
         main(["serve", "--pool-size", "-5"])
     assert done.value.code == 2 and "--pool-size: must be at least 0, got -5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["serve", "--project", "x"], ["ls"]])
+def test_a_home_that_cannot_be_made_is_one_line_naming_it(tmp_path, command):
+    """It was a 50-line ExceptionGroup traceback from inside the server's start."""
+    (tmp_path / "file").write_text("")
+    home = tmp_path / "file" / "home"  # under a plain file: it cannot be created
+    done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", *command], capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=120,
+                          env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (f"agentmemrec: cannot use {home} as the memory store's home (Not a directory); set "
+                           "AGENTMEMREC_HOME to a folder you can write, or create this one\n")

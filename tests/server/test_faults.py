@@ -4,6 +4,7 @@ store file. After each, every acknowledged item is there once and the indexes ag
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -210,11 +211,14 @@ def test_an_index_that_cannot_be_saved_is_still_served(home, caplog):
     memory.close()
 
 
-async def test_a_damaged_store_file_gets_a_clear_error_and_the_server_stays_up(home, capsys):
+async def test_a_damaged_store_file_gets_a_clear_error_and_the_server_stays_up(home, capsys, caplog):
     home.mkdir(parents=True)
     (home / "memory.duckdb").write_bytes(b"\x00not a duckdb file" * 512)
+    caplog.set_level(logging.INFO, logger="agentmemrec")
     async with Client(create_server(settings_for(home, "p"))) as client:
         assert {t.name for t in (await client.list_tools()).tools} >= {"remember", "recall_slate"}
+        [started] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("memory store in")]
+        assert "(it cannot be opened: every call says why until it is fixed)" in started  # not "another process owns it"
         for _ in range(2):
             with pytest.raises(MCPError, match="not a valid DuckDB database.*Move the damaged file aside"):
                 await client.call_tool("recall_slate", {"query": "anything"})

@@ -7,13 +7,16 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from importlib.metadata import version
 
 import pytest
+from mcp import Client
 
+from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import build_parser, main
 
-from helpers import BOTH, call, call_error, turn
+from helpers import BOTH, call, call_error, settings_for, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -35,15 +38,29 @@ async def test_every_tool_parameter_is_described_and_carries_the_limits_the_serv
     assert item["text"]["maxLength"] == 128 * 1024 and limit(item["ref"], "maxLength") == 512
     assert all(spec.get("description") for spec in item.values())
     budget = tools["recall_slate"]["properties"]["budget_tokens"]
-    assert (budget["minimum"], budget["maximum"], budget["default"]) == (200, 200_000, 2700)
+    assert (budget["minimum"], budget["maximum"], budget["default"]) == (200, 20_000, 2700)  # a client takes it
     assert tools["recall_slate"]["properties"]["query"]["maxLength"] == 8000
     assert tools["forget"]["properties"]["refs"]["maxItems"] == 1000
-    assert limit(tools["explain_selection"]["properties"]["refs"], "maxItems") == 1000
+    assert limit(tools["explain_selection"]["properties"]["refs"], "maxItems") == 50
+    listed = tools["explain_selection"]["properties"]["candidates"]
+    assert (listed["minimum"], listed["maximum"], listed["default"]) == (0, 100, 20)
 
 
 def limit(spec: dict, key: str) -> int:
     """A bound of a parameter, also where it is optional (`anyOf` a type and null)."""
     return spec.get(key) or next(option[key] for option in spec.get("anyOf", []) if key in option)
+
+
+async def test_the_instructions_say_what_the_server_does_on_its_own(client, home, tmp_path):
+    """A server that captures Claude Code's sessions told the model to store every turn, and never
+    that the prompt hook may have put a slate in context already."""
+    assert "Call remember to store turns" in client.instructions and "AgentMemRec:" not in client.instructions
+    captures = replace(settings_for(home, "alpha"), capture_claude_code=True, claude_dir=tmp_path / "claude")
+    async with Client(create_server(captures)) as captured:
+        said = captured.instructions
+    assert "store turns" not in said and "Conversation turns are stored as they happen" in said
+    assert "may already be in context (a block starting 'AgentMemRec:')" in said
+    assert len(said) < len(client.instructions) + 250  # barely longer
 
 
 async def test_the_server_names_its_version(client):

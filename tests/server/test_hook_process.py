@@ -197,6 +197,25 @@ def test_with_the_default_set_a_prompt_under_the_cross_encoders_floor_gets_nothi
     assert "retries three times, then pages" in context
 
 
+def test_a_japanese_prompt_gets_memory_and_a_japanese_acknowledgement_does_not(home, cpu_owner, repos):
+    """Japanese and Chinese put no spaces between words: a question was one 'word' and never looked up."""
+    cpu_owner.remember("payments", [{"kind": "decision", "ref": "adr-ja", "title": "決済イベントはKafkaへ",
+                                     "text": "決済イベントはKafkaのトピック payments.events.v1 に送る。"
+                                             "RabbitMQはメール送信だけに使う。"}])
+    deadline = time.monotonic() + 60
+    while any("not yet embedded" in n for n in cpu_owner.recall("payments", "決済", PROMPT_BUDGET).notes):
+        assert time.monotonic() < deadline, "the background embedder did not finish"
+        time.sleep(0.2)
+    prompt = "決済イベントはどこに送りますか？KafkaですかRabbitMQですか？"
+    context = context_of(run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt)),
+                         "UserPromptSubmit")
+    assert "payments.events.v1" in context
+    for short in ("はい", "好", "ok"):
+        done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=short))
+        assert (done.returncode, done.stdout) == (0, "")
+        assert (home / "hook.log").read_text().splitlines()[-1].endswith("(prompt too short to look up)")
+
+
 def test_events_it_does_not_answer_and_broken_input_print_nothing(home, owner, repos):
     for payload in ("not json", "[1, 2]", event("PreToolUse", repos["payments"], tool_name="Bash"), ""):
         done = run_hook(home, payload)

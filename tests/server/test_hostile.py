@@ -105,7 +105,7 @@ CALLS = {
     "recall_slate": st.fixed_dictionaries(
         {"query": maybe(anything, "deploy helm", "r0")},
         optional={"project": projects, "as_of": times, "with_items": st.booleans(),
-                  "budget_tokens": maybe(st.one_of(st.integers(), anything), 199, 200, 200_000, 200_001)}),
+                  "budget_tokens": maybe(st.one_of(st.integers(), anything), 199, 200, 20_000, 20_001)}),
     "explain_selection": st.fixed_dictionaries(
         {"slate_id": anything}, optional={"refs": mostly(st.lists(maybe(anything, *REFS), max_size=3), anything)}),
     "forget": st.fixed_dictionaries({"refs": mostly(st.lists(maybe(anything, *REFS), max_size=3), anything)},
@@ -154,7 +154,7 @@ def must_fail(tool: str, args: dict[str, Any]) -> bool:
         return len(refs) != len(set(r.strip() for r in refs)) or any(_bad_item(i) for i in items)
     if tool == "recall_slate":
         budget = args.get("budget_tokens", 2700)
-        return not isinstance(budget, int) or isinstance(budget, bool) or not 200 <= budget <= 200_000 or \
+        return not isinstance(budget, int) or isinstance(budget, bool) or not 200 <= budget <= 20_000 or \
             not isinstance(args["query"], str) or not args["query"].strip()
     refs = args.get("refs")
     return tool == "forget" and (not isinstance(refs, list) or not refs)
@@ -189,7 +189,7 @@ def must_succeed(tool: str, args: dict[str, Any]) -> bool:
     if tool == "recall_slate":
         budget, query = args.get("budget_tokens", 2700), args["query"]
         return (isinstance(query, str) and legal(query) and len(query) <= 8000 and args.get("as_of") in SAFE_AS_OF
-                and isinstance(budget, int) and not isinstance(budget, bool) and 200 <= budget <= 200_000)
+                and isinstance(budget, int) and not isinstance(budget, bool) and 200 <= budget <= 20_000)
     if tool == "explain_selection":
         refs = args.get("refs")
         return isinstance(args["slate_id"], str) and args["slate_id"] in SERVED and (refs is None or (isinstance(refs, list) and all(

@@ -12,7 +12,7 @@ import pytest
 
 from agentmemrec.server.cli import build_parser, main
 
-from helpers import BOTH, call, call_error, http_server, mcp_client, turn
+from helpers import BOTH, call, call_error, free_port, http_server, mcp_client, serving, turn
 
 pytestmark = [pytest.mark.anyio, BOTH]
 
@@ -55,6 +55,7 @@ async def test_requests_without_a_valid_token_are_refused_before_any_tool_runs(h
             slate = await call(client, "recall_slate", with_items=True, query="written without a token")
             assert slate["items"] == []
     assert any("unknown or revoked bearer token" in line for line in server.log)
+    assert any('"POST /mcp HTTP/1.1" 401' in line for line in server.log)  # the access log is on stderr too
 
 
 async def test_a_token_reaches_its_projects_only_and_revoking_it_shuts_it_out(home, capsys):
@@ -130,3 +131,30 @@ def test_serve_http_on_a_port_in_use_is_refused_before_anything_starts(home, cap
         assert main(["serve", "--http", "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
     assert not (home / "memory.duckdb").exists()
+
+
+async def test_the_hook_route_checks_host_and_origin_as_mcp_does_and_off_loopback_a_web_page_is_refused(home, capsys):
+    """The hook route skipped the Host/Origin checks /mcp gets, and off loopback the SDK drops them
+    for /mcp too: a page in a browser could post to either (it sends Origin; MCP clients do not)."""
+    secret = add_token(capsys, "alice", "payments")
+    auth = {"Authorization": f"Bearer {secret}"}
+    prompt = {"session_id": "s", "cwd": "/tmp", "hook_event_name": "UserPromptSubmit", "prompt": "payment events"}
+    async with http_server(home) as server, httpx2.AsyncClient(timeout=30) as http:
+        hook = server.url.replace("/mcp", "/hooks/claude-code")
+        for url, body in ((server.url, INITIALIZE), (hook, prompt)):
+            rebound = await http.post(url, json=body, headers={**HEADERS, **auth, "Host": "evil.example"})
+            assert rebound.status_code == 421
+            page = await http.post(url, json=body, headers={**HEADERS, **auth, "Origin": "http://evil.example"})
+            assert page.status_code == 403
+            local = await http.post(url, json=body, headers={**HEADERS, **auth, "Origin": "http://localhost:3000"})
+            assert local.status_code == 200
+    port = free_port()  # 127.0.0.2 is a loopback address the SDK does not know: it checks nothing there
+    async with serving(home, ["serve", "--http", "--host", "127.0.0.2", "--port", str(port)],
+                       f"http://127.0.0.2:{port}/mcp") as server, httpx2.AsyncClient(timeout=30) as http:
+        hook = server.url.replace("/mcp", "/hooks/claude-code")
+        for url, body in ((server.url, INITIALIZE), (hook, prompt)):
+            page = await http.post(url, json=body, headers={**HEADERS, **auth, "Origin": f"http://127.0.0.2:{port}"})
+            assert page.status_code == 403
+            named = await http.post(url, json=body, headers={**HEADERS, **auth, "Host": "memory.example:8765"})
+            assert named.status_code == 200  # a replica behind a load balancer is reached by any name
+    assert any("refused a request from a web page" in line for line in server.log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -99,3 +100,44 @@ async def test_the_server_setup_configures_keeps_the_repositorys_adrs_in_memory(
                 await anyio.sleep(0.2)  # polling the condition, bounded by fail_after
     assert [i["ref"] for i in slate["items"]] == ["adr:0001"]
     assert "payments.events.v1" in slate["context"]
+
+
+@pytest.mark.parametrize("mode", ["stdio", "http"])
+def test_ctrl_c_stops_the_server_without_a_traceback_and_keeps_what_it_acknowledged(tmp_path, mode):
+    """^C printed a KeyboardInterrupt traceback and left a stdio server running until its client
+    closed stdin (the SDK waits for its stdin reader); over HTTP it printed the traceback."""
+    from agentmemrec.ranking.memory import Memory
+
+    from helpers import free_port
+    home = tmp_path / "home"
+    http = ["--http", "--port", str(free_port())] if mode == "http" else []
+    proc = subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "serve", "--project", "alpha", *http],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    try:
+        if mode == "stdio":
+            for request in [
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "remember", "arguments": {
+                    "items": [{"kind": "turn", "text": "Deploys freeze on Fridays.", "ref": "freeze"}]}}}]:
+                proc.stdin.write(json.dumps(request) + "\n")
+                proc.stdin.flush()
+            while '"id":2' not in (line := proc.stdout.readline()):  # the write is acknowledged
+                assert line, "server closed stdout early"
+        else:
+            while "Uvicorn running on" not in (line := proc.stderr.readline()):
+                assert line, "server exited before listening"
+        proc.send_signal(signal.SIGINT)  # stdin stays open, as a terminal's does
+        assert proc.wait(timeout=60) == 0
+        stderr = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    if mode == "stdio":
+        memory = Memory.open(home)
+        try:
+            assert memory.store.ids_for("alpha", "freeze")
+        finally:
+            memory.close()

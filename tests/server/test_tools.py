@@ -190,7 +190,7 @@ async def test_a_text_repeated_across_sessions_enters_a_slate_once(client):
     slate = await call(client, "recall_slate", with_items=True, budget_tokens=300,
                        query="How do we deploy to prod and how do we roll back a bad deploy?")
     assert slate["context"].count(deploy) == 1 and "make rollback" in slate["context"]
-    why = await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["d7"])
+    why = await call(client, "explain_selection", slate_id=slate["slate_id"], refs=["d7"], candidates=40)
     outcomes = [c["outcome"] for c in why["candidates"]]
     assert outcomes.count("duplicate_in_slate") == 29
     assert why["diagnosis"][0]["stage"] == "in_slate"  # its text is there, under its twin's id
@@ -273,8 +273,8 @@ async def test_bad_items_get_a_clear_error_and_nothing_is_written(client, items,
 
 
 @pytest.mark.parametrize("args, fragment", [
-    ({"query": "x", "budget_tokens": 199}, "budget_tokens: must be between 200 and 200000"),
-    ({"query": "x", "budget_tokens": 200_001}, "budget_tokens: must be between 200 and 200000"),
+    ({"query": "x", "budget_tokens": 199}, "budget_tokens: must be between 200 and 20000"),
+    ({"query": "x", "budget_tokens": 20_001}, "budget_tokens: must be between 200 and 20000"),
     ({"query": "x", "budget_tokens": "many"}, "budget_tokens: must be a whole number, not str"),
     ({"query": "x" * 8001}, "query: has more than 8000 characters"),
     ({"query": "  "}, "query is empty"),
@@ -405,7 +405,9 @@ async def test_tools_are_annotated_and_typed(client):
     assert all(tools[t].annotations.read_only_hint for t in ("list_projects", "decisions_in_force", "show_unit"))
     assert tools["recall_slate"].annotations.read_only_hint is True
     assert tools["explain_selection"].annotations.read_only_hint is True
-    assert tools["forget"].annotations.destructive_hint is True
+    for name in ("remember", "forget"):  # remember replaces a ref's text and supersedes decisions
+        hints = tools[name].annotations
+        assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (False, True, True)
     assert tools["recall_slate"].output_schema["properties"]["context"]["type"] == "string"
 
 
