@@ -29,7 +29,7 @@ BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "ta
                         "venv", "__pycache__", "site-packages", "vendor", "coverage", "htmlcov"})
 SNIFF_BYTES = 8192
 Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
-               "unreadable", "outside-repository", "link-to-a-note"]
+               "unreadable", "outside-repository", "link-to-a-note", "link-to-a-skipped-file"]
 
 
 @dataclass(frozen=True)
@@ -195,22 +195,40 @@ def links_to_note(tree: Tree, rules: NoteRules, file: Path) -> bool:
     return target is not None and classify(target, rules, ignores_above(tree, target)) is None
 
 
+def link_target_skip(tree: Tree, rules: NoteRules, real: Path) -> Skip | None:
+    """Why the file a link leads to may not be read: outside the repository, or a file the watcher
+    would skip if it found it directly (hidden, in a hidden, build or git-ignored folder, or
+    git-ignored), so a committed `docs/env.md -> ../.env` stores nothing. Its name may be any."""
+    try:
+        rel = real.relative_to(tree.root).as_posix()
+    except ValueError:
+        return "outside-repository"
+    ignores = ignores_above(tree, rel)
+    folders = rel.split("/")[:-1]
+    if any(ignores.ignored("/".join(folders[:depth]), True) for depth in range(1, len(folders) + 1)):
+        return "link-to-a-skipped-file"
+    return None if classify(rel, rules, ignores) in (None, "not-a-note") else "link-to-a-skipped-file"
+
+
 def skip_reason(reason: Skip, rules: NoteRules) -> str | None:
     """Why a file that looks like a note is not stored, said once as a warning; None for the
     skips that are by design (ignored, hidden, not a note), which are logged at debug level."""
     return {"too-large": f"over the {rules.max_bytes / 1024:g} KiB a note may hold",
             "binary": "not UTF-8 text (or it holds a NUL byte)",
-            "unreadable": "it cannot be read"}.get(reason)
+            "unreadable": "it cannot be read",
+            "outside-repository": "it links to a file outside the repository",
+            "link-to-a-skipped-file": "it links to a hidden, git-ignored or build-folder file"}.get(reason)
 
 
-def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, root: Path) -> Doc | Skip:
+def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, tree: Tree) -> Doc | Skip:
     """The note at `file`, or why it is skipped (binary, too large, empty, unreadable, or a link
-    leading out of the repository at `root`: a cloned repository must not pull any file its user
-    can read into an agent's context)."""
+    leading out of the repository or to a file the watcher skips: a cloned repository must not pull any file its user can read into an agent's context)."""
     try:
         real = file.resolve(strict=True)
-        if not real.is_relative_to(root):
-            return "outside-repository"
+        if real != Path(os.path.abspath(file)):
+            skipped = link_target_skip(tree, rules, real)
+            if skipped:
+                return skipped
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # read what was checked
         with os.fdopen(fd, "rb") as stream:
             if os.fstat(stream.fileno()).st_size > rules.max_bytes:
