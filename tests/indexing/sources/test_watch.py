@@ -374,3 +374,16 @@ async def test_links_to_hidden_or_gitignored_files_in_the_repository_are_never_r
     assert "release notes" in found
     assert not [s for s in ("zebra-env-secret", "admin login", "zebra-token") if s in found]
 
+
+def test_a_fifo_or_a_link_loop_is_skipped_with_a_warning_and_the_pass_goes_on(home, repo):
+    os.mkfifo(repo / "docs" / "pipe.md")  # opening it for reading would wait for a writer forever
+    (repo / "docs" / "l1.md").symlink_to("l2.md")
+    (repo / "docs" / "l2.md").symlink_to("l1.md")
+    done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "watch", str(repo / "docs"), "--project",
+                           PROJECT, "--once"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    assert done.returncode == 0 and "1 written, 0 renamed, 0 removed" in done.stdout, done.stderr
+    warned = [line.rsplit("docs: ", 1)[1] for line in done.stderr.splitlines() if "WARNING" in line]
+    assert warned == ["docs/l1.md not stored: it is a symbolic link loop",
+                      "docs/l2.md not stored: it is a symbolic link loop",
+                      "docs/pipe.md not stored: not a regular file (a FIFO, socket or device)"]
