@@ -376,7 +376,7 @@ async def test_links_to_hidden_or_gitignored_files_in_the_repository_are_never_r
 
 
 def test_a_fifo_or_a_link_loop_is_skipped_with_a_warning_and_the_pass_goes_on(home, repo):
-    os.mkfifo(repo / "docs" / "pipe.md")  # opening it for reading would wait for a writer forever
+    os.mkfifo(repo / "docs" / "pipe\x1b[2J.md")  # reading would wait for a writer forever; its name clears the screen
     (repo / "docs" / "l1.md").symlink_to("l2.md")
     (repo / "docs" / "l2.md").symlink_to("l1.md")
     done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "watch", str(repo / "docs"), "--project",
@@ -386,4 +386,4 @@ def test_a_fifo_or_a_link_loop_is_skipped_with_a_warning_and_the_pass_goes_on(ho
     warned = [line.rsplit("docs: ", 1)[1] for line in done.stderr.splitlines() if "WARNING" in line]
     assert warned == ["docs/l1.md not stored: it is a symbolic link loop",
                       "docs/l2.md not stored: it is a symbolic link loop",
-                      "docs/pipe.md not stored: not a regular file (a FIFO, socket or device)"]
+                      "docs/pipe\\u001b[2J.md not stored: not a regular file (a FIFO, socket or device)"]
