@@ -49,7 +49,12 @@ def private_home(home: Path) -> None:
     """The home exists, is this user's and no one else may write in it (a home another user can
     write could hold a socket or store of theirs). A new home is created 0700; one that others
     may read is made so."""
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:  # a read-only HOME, a folder of another user's on the way
+        raise StoreError(f"cannot create the memory store's home {home}: {exc.strerror} ({exc.filename}); "
+                         "set AGENTMEMREC_HOME to a folder you may write, or fix that folder's "
+                         "permissions") from exc
     info = home.stat()
     if info.st_uid != os.getuid():
         raise StoreError(f"the memory store's home {home} belongs to another user (uid {info.st_uid}); "
@@ -64,12 +69,24 @@ def private_home(home: Path) -> None:
 def take_lock(home: Path) -> int | None:
     """The owner lock's file descriptor, or None while another process holds it."""
     private_home(home)
-    fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    unwritable = StoreError(f"the memory store's home {home} is not writable by you (permission denied); "
+                            f"make it so with: chmod 700 {home}")
+    lock = home / "owner.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        if not lock.exists():  # it could not be made
+            raise unwritable from exc
+        raise StoreError(f"cannot open the owner lock {lock}: {exc.strerror}; make it yours and writable "
+                         f"with: chmod 600 {lock}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        return None
+        return None  # a running owner serves the calls: the home need not be writable for them
+    if not os.access(home, os.W_OK | os.X_OK):  # the store, its write-ahead log and the socket are made here
+        os.close(fd)
+        raise unwritable
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())  # who owns it, for people and tests
     return fd
