@@ -15,7 +15,7 @@ import socket
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from agentmemrec.indexing.errors import StoreError
 
@@ -90,6 +90,39 @@ def take_lock(home: Path) -> int | None:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())  # who owns it, for people and tests
     return fd
+
+
+class StoreFile:
+    """The store file an owner opened, told apart from another at the same path: moving or deleting
+    the home while its owner runs would take every later write with the old file, acknowledged."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.id = path, self._id(path)
+
+    @classmethod
+    def of(cls, store: Any) -> "StoreFile | None":
+        return cls(store.path) if isinstance(getattr(store, "path", None), Path) else None
+
+    @staticmethod
+    def _id(path: Path) -> tuple[int, int] | None:
+        try:
+            found = os.stat(path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def guard(self, write: Callable[..., Any], *args: Any) -> Any:
+        """`write(*args)`, if the file at the path is the one opened, before and after it."""
+        self.check()
+        done = write(*args)
+        self.check()
+        return done
+
+    def check(self) -> None:
+        if self._id(self.path) != self.id:
+            raise StoreError(f"the memory store {self.path} was moved or deleted while process {os.getpid()} "
+                             "served it; its writes would not reach the store at that path, so they are "
+                             "refused: restart that process")
 
 
 def peer_uid(conn: socket.socket) -> int:
