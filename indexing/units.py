@@ -35,6 +35,11 @@ PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Single-line fields (ref, session, speaker, title, path) are rendered inside a slate's item
 # header, so they may hold no line break of any kind and no control character (tab aside).
 LINE_BREAK_OR_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+# ... nor a character that reorders the text around it (bidi embeddings, overrides, isolates) or is
+# invisible with no use in a name (zero-width space, word joiner, BOM): `adr-1` and `adr\u200b-1` would
+# look alike, and an override would show a header in another order than it is read. Joiners
+# (U+200C, U+200D) and direction marks (U+200E, U+200F) write Persian or Hindi names: kept.
+INVISIBLE = re.compile(r"[\u200b\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069]")
 UNIT_ID = re.compile(r"#[0-9]{1,18}")  # how an id is written ('#42'): no ref may look like one
 ITEM_FIELDS = ("kind", "text", "ref", "session", "role", "speaker", "at", "title", "status",
                "supersedes", "path")
@@ -163,6 +168,10 @@ def _one_line(value: str, what: str, position: str) -> str:
     if LINE_BREAK_OR_CONTROL.search(value.strip()):
         raise InputError(f"{position}: {what} must be a single line without line breaks or "
                          "control characters")
+    hidden = INVISIBLE.search(value)
+    if hidden:
+        raise InputError(f"{position}: {what} holds an invisible or text-direction character "
+                         f"(U+{ord(hidden[0]):04X}); remove it")
     return value
 
 

@@ -110,6 +110,13 @@ def shown_title(title: str) -> str:
     return title if title.endswith((".", "?", "!")) else title + "."
 
 
+def quoted_if_bracketed(text: str) -> str:
+    """A free text on an item line (a note's heading trail, a replaced decision's title), in quotes
+    if it holds a bracket, so it cannot pose as another item's label."""
+    text = one_line(text)
+    return '"' + text.replace('"', "'") + '"' if "[" in text or "]" in text else text
+
+
 def header(key: tuple) -> str:
     if len(key) == 3:
         return f"## session {shown_session(key[2])} ({day(key[1])} {key[1]:%H:%M})"
@@ -128,6 +135,17 @@ def quoted(name: str) -> str:
     status, date or section that follows it."""
     name = one_line(name)
     return name if _PLAIN.match(name) else '"' + name.replace('"', "'") + '"'
+
+
+_MARKUP = re.compile(r'[\[\]()#:"`>]')  # what an item line's own syntax is made of
+
+
+def quoted_if_markup(name: str) -> str:
+    """A free-form name (a speaker, a note's path) as an item line shows it: as it is (`Ana`,
+    `docs/My Notes.md`), or in quotes when it holds the brackets, parentheses, '#', ':' or '>'
+    an item line is made of, so it cannot end the line's header early or forge another item's."""
+    name = one_line(name)
+    return '"' + name.replace('"', "'") + '"' if _MARKUP.search(name) else name
 
 
 def shown_session(name: str) -> str:
@@ -152,7 +170,7 @@ def speaker_shown(unit: Unit) -> str:
     """Who said a turn: its speaker, else its role. A speaker that names another role (`assistant`
     on a user turn) is shown with the role, so the slate cannot pass a user's words off as the
     assistant's."""
-    who = one_line(unit.speaker or unit.role or "")
+    who = quoted_if_markup(unit.speaker or unit.role or "")
     if unit.role and who.strip().lower() in ROLES and who.strip().lower() != unit.role:
         return f"{who} (role {unit.role})"
     return who
@@ -177,8 +195,8 @@ def render_item(unit: Unit, inputs: SlateInputs) -> str:
         title = f" {shown_title(unit.title)}" if unit.title else ""
         head = f"{label} decision ({status}, {day(unit.at)}):{title}"
     else:
-        trail = f" > {one_line(unit.heading)}" if unit.heading else ""
-        head = f"{label} note {one_line(unit.path or '')}{trail}:"
+        trail = f" > {quoted_if_bracketed(unit.heading)}" if unit.heading else ""
+        head = f"{label} note {quoted_if_markup(unit.path or '')}{trail}:"
     lines = unit.text.splitlines() or [""]
     return "\n".join([f"{head} {lines[0]}".rstrip()] + [f"  {line}".rstrip() for line in lines[1:]])
 
@@ -286,7 +304,7 @@ def excerpt(unit: Unit, limit: int, inputs: SlateInputs, terms: frozenset[str] =
                 room = 0
             elif ends:
                 break
-    where = f"show_unit #{unit.id}" + (f" or the file {one_line(unit.path)}" if unit.path else "")
+    where = f"show_unit #{unit.id}" + (f" or the file {quoted_if_markup(unit.path)}" if unit.path else "")
     mark = f"[excerpt of a {piece_tokens(unit.text)}-token record; read it whole with {where}]"
     taken = list(texts)
     while True:

@@ -36,7 +36,7 @@ def server_params(home: Path, project: str, allow: str = "") -> StdioServerParam
 
 def demo_items(project: str) -> list[dict[str, Any]]:
     text = resources.files("agentmemrec.server").joinpath(f"demo/{project}.jsonl").read_text("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 def _check(result: Any) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from agentmemrec.ranking import views
 from agentmemrec.ranking.memory import Memory, RecallConfig
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_context, wire
-from agentmemrec.server.owner_socket import peer_uid, private_home, same_user, socket_path, take_lock
+from agentmemrec.server.owner_socket import StoreFile, peer_uid, private_home, same_user, socket_path, take_lock
 from agentmemrec.server.settings import Settings
 
 log = logging.getLogger("agentmemrec.owner")
@@ -43,12 +43,11 @@ log = logging.getLogger("agentmemrec.owner")
 OWNER_WAIT_S = 30.0  # how long a call waits for some process to own the store
 OPEN_WAIT_S = 10.0  # a killed owner's DuckDB lock can outlive its flock by a moment
 MAX_CONNECTIONS = 32  # calls the owner serves at once, each in a thread of its own
-# the longest line a valid call needs: a full batch of the largest texts, every byte JSON-escaped
-MAX_LINE = MAX_BATCH * (6 * MAX_TEXT_BYTES + 64 * 1024)
+MAX_LINE = MAX_BATCH * (6 * MAX_TEXT_BYTES + 64 * 1024)  # a valid call's longest: every byte JSON-escaped
 ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
-REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources",
-                        "tokens.list", "tokens.principal", "hook", "decisions", "kinds", "show",
-                        "notes"})
+REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources", "tokens.list",
+                        "tokens.principal", "hook", "decisions", "kinds", "show", "notes"})
+WRITES = frozenset({"remember", "ingest", "forget", "rename_ref", "tokens.add", "tokens.revoke"})
 
 
 @dataclass(frozen=True)
@@ -161,7 +160,7 @@ class _Owner:
 
     def __init__(self, lock_fd: int, memory: Memory, path: Path, choices: ModelChoices) -> None:
         self.lock_fd, self.memory, self.path, self.choices = lock_fd, memory, path, choices
-        self.ops = _operations(memory)
+        self.ops, self.file = _operations(memory), StoreFile.of(memory.store)
         self.last_call = time.monotonic()  # when another process last asked (`agentmemrec owner` idles out)
         self.server = _Server(path, self)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), name="agentmemrec-owner",
@@ -171,6 +170,8 @@ class _Owner:
         if op == "recall" and caller is not None:
             self._check(caller)
         try:
+            if op in WRITES and self.file is not None:  # acknowledged only if it reached the file at the path
+                return self.file.guard(self.ops[op], *args)
             return self.ops[op](*args)
         except DatabaseError as exc:
             raise StoreError(f"the memory store failed: {exc}") from exc
@@ -224,7 +225,7 @@ class _Direct(_Owner):
     """A store every process opens itself (PostgreSQL): no lock and no socket; calls run here."""
 
     def __init__(self, memory: Memory) -> None:
-        self.memory, self.ops = memory, _operations(memory)
+        self.memory, self.ops, self.file = memory, _operations(memory), None
 
     def close(self) -> None:
         self.memory.close()
@@ -335,8 +336,7 @@ class SharedMemory:
     def remember(self, project: str, raw_items: list[dict[str, Any]]) -> list[WriteResult]:
         return self.call("remember", project, raw_items, self.redact)
 
-    def recall(self, project: str, query: str, budget: int = 2700,
-               as_of: datetime | str | None = None) -> Slate:
+    def recall(self, project: str, query: str, budget: int = 2700, as_of: datetime | str | None = None) -> Slate:
         return self.call("recall", project, query, budget, as_of, self.config.pool_size)
 
     def explain(self, slate_id: str, allowed: set[str] | frozenset[str], refs: Sequence[str] = (),

@@ -15,7 +15,7 @@ import socket
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from agentmemrec.indexing.errors import StoreError
 
@@ -52,9 +52,10 @@ def private_home(home: Path) -> None:
     try:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
         info = home.stat()
-    except OSError as exc:
-        raise StoreError(f"cannot use {home} as the memory store's home ({exc.strerror}); set "
-                         "AGENTMEMREC_HOME to a folder you can write, or create this one") from exc
+    except OSError as exc:  # a read-only HOME, a folder of another user's on the way
+        raise StoreError(f"cannot create the memory store's home {home}: {exc.strerror} ({exc.filename}); "
+                         "set AGENTMEMREC_HOME to a folder you may write, or fix that folder's "
+                         "permissions") from exc
     if info.st_uid != os.getuid():
         raise StoreError(f"the memory store's home {home} belongs to another user (uid {info.st_uid}); "
                          "use a home of your own (set AGENTMEMREC_HOME)")
@@ -68,12 +69,24 @@ def private_home(home: Path) -> None:
 def take_lock(home: Path) -> int | None:
     """The owner lock's file descriptor, or None while another process holds it."""
     private_home(home)
-    fd = os.open(home / "owner.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    unwritable = StoreError(f"the memory store's home {home} is not writable by you (permission denied); "
+                            f"make it so with: chmod 700 {home}")
+    lock = home / "owner.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        if not lock.exists():  # it could not be made
+            raise unwritable from exc
+        raise StoreError(f"cannot open the owner lock {lock}: {exc.strerror}; make it yours and writable "
+                         f"with: chmod 600 {lock}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        return None
+        return None  # a running owner serves the calls: the home need not be writable for them
+    if not os.access(home, os.W_OK | os.X_OK):  # the store, its write-ahead log and the socket are made here
+        os.close(fd)
+        raise unwritable
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())  # who owns it, for people and tests
     return fd
@@ -94,6 +107,39 @@ def owner_pid(home: Path) -> int | None:
         return int(words[0]) if words and words[0].isdigit() else None
     finally:
         os.close(fd)
+
+
+class StoreFile:
+    """The store file an owner opened, told apart from another at the same path: moving or deleting
+    the home while its owner runs would take every later write with the old file, acknowledged."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.id = path, self._id(path)
+
+    @classmethod
+    def of(cls, store: Any) -> "StoreFile | None":
+        return cls(store.path) if isinstance(getattr(store, "path", None), Path) else None
+
+    @staticmethod
+    def _id(path: Path) -> tuple[int, int] | None:
+        try:
+            found = os.stat(path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def guard(self, write: Callable[..., Any], *args: Any) -> Any:
+        """`write(*args)`, if the file at the path is the one opened, before and after it."""
+        self.check()
+        done = write(*args)
+        self.check()
+        return done
+
+    def check(self) -> None:
+        if self._id(self.path) != self.id:
+            raise StoreError(f"the memory store {self.path} was moved or deleted while process {os.getpid()} "
+                             "served it; its writes would not reach the store at that path, so they are "
+                             "refused: restart that process")
 
 
 def peer_uid(conn: socket.socket) -> int:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DIR = Path("~/.claude/projects")
 STEP_MS, DEBOUNCE_MS, WAKE_MS = 50, 1600, 250
+LINE_BREAK = "\n"  # the only one in JSONL: Claude Code writes U+2028, U+2029 and U+0085 raw in strings
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def import_files(sink: Sink, files: Iterable[Path], target: Target,
     total = ImportReport()
     for file in files:
         try:
-            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+            lines = file.read_text(encoding="utf-8", errors="replace").split(LINE_BREAK)
         except OSError as exc:
             log.warning("cannot read %s: %s", file, exc.strerror)
             lines = []
@@ -181,7 +182,7 @@ class Tail:
         except OSError:
             return [], None
         end = data.rfind(b"\n") + 1
-        return data[:end].decode("utf-8", errors="replace").splitlines(), (st.st_ino, offset + end)
+        return data[:end].decode("utf-8", errors="replace").split(LINE_BREAK), (st.st_ino, offset + end)
 
     def ingest(self, sink: Sink, files: Iterable[Path], target: Target) -> ImportReport:
         total = ImportReport()

@@ -9,9 +9,11 @@ stores `docs/adr/0007-message-broker.md`.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Literal, Mapping
@@ -29,7 +31,8 @@ BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "ta
                         "venv", "__pycache__", "site-packages", "vendor", "coverage", "htmlcov"})
 SNIFF_BYTES = 8192
 Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
-               "unreadable", "outside-repository", "link-to-a-note"]
+               "unreadable", "outside-repository", "link-to-a-note", "link-to-a-skipped-file", "link-loop",
+               "not-a-file"]
 
 
 @dataclass(frozen=True)
@@ -188,11 +191,34 @@ def links_to_note(tree: Tree, rules: NoteRules, file: Path) -> bool:
     the target in the file-system events."""
     if not file.is_symlink():
         return False
-    try:
-        target = tree.rel(file.resolve(strict=True))
-    except OSError:
-        return False
+    real = _resolve(file)
+    target = tree.rel(real) if isinstance(real, Path) else None
     return target is not None and classify(target, rules, ignores_above(tree, target)) is None
+
+
+def _resolve(file: Path) -> Path | Skip:
+    """The file a path leads to, or why there is none."""
+    try:
+        return file.resolve(strict=True)
+    except RuntimeError:  # Python before 3.13 reports a loop so
+        return "link-loop"
+    except OSError as exc:
+        return "link-loop" if exc.errno == errno.ELOOP else "unreadable"
+
+
+def link_target_skip(tree: Tree, rules: NoteRules, real: Path) -> Skip | None:
+    """Why the file a link leads to may not be read: outside the repository, or a file the watcher
+    would skip if it found it directly (hidden, in a hidden, build or git-ignored folder, or
+    git-ignored), so a committed `docs/env.md -> ../.env` stores nothing. Its name may be any."""
+    try:
+        rel = real.relative_to(tree.root).as_posix()
+    except ValueError:
+        return "outside-repository"
+    ignores = ignores_above(tree, rel)
+    folders = rel.split("/")[:-1]
+    if any(ignores.ignored("/".join(folders[:depth]), True) for depth in range(1, len(folders) + 1)):
+        return "link-to-a-skipped-file"
+    return None if classify(rel, rules, ignores) in (None, "not-a-note") else "link-to-a-skipped-file"
 
 
 def skip_reason(reason: Skip, rules: NoteRules) -> str | None:
@@ -200,24 +226,35 @@ def skip_reason(reason: Skip, rules: NoteRules) -> str | None:
     skips that are by design (ignored, hidden, not a note), which are logged at debug level."""
     return {"too-large": f"over the {rules.max_bytes / 1024:g} KiB a note may hold",
             "binary": "not UTF-8 text (or it holds a NUL byte)",
-            "unreadable": "it cannot be read"}.get(reason)
+            "unreadable": "it cannot be read",
+            "outside-repository": "it links to a file outside the repository",
+            "link-to-a-skipped-file": "it links to a hidden, git-ignored or build-folder file",
+            "link-loop": "it is a symbolic link loop",
+            "not-a-file": "not a regular file (a FIFO, socket or device)"}.get(reason)
 
 
-def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, root: Path) -> Doc | Skip:
-    """The note at `file`, or why it is skipped (binary, too large, empty, unreadable, or a link
-    leading out of the repository at `root`: a cloned repository must not pull any file its user
-    can read into an agent's context)."""
-    try:
-        real = file.resolve(strict=True)
-        if not real.is_relative_to(root):
-            return "outside-repository"
-        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # read what was checked
+def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, tree: Tree) -> Doc | Skip:
+    """The note at `file`, or why it is skipped (binary, too large, empty, unreadable, not a regular
+    file, or a link leading out of the repository or to a file the watcher skips: a cloned
+    repository must not pull any file its user can read into an agent's context)."""
+    real = _resolve(file)
+    if isinstance(real, str):
+        return real
+    if real != Path(os.path.abspath(file)):
+        skipped = link_target_skip(tree, rules, real)
+        if skipped:
+            return skipped
+    try:  # not blocking: a FIFO would wait for a writer forever
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # read what was checked
         with os.fdopen(fd, "rb") as stream:
-            if os.fstat(stream.fileno()).st_size > rules.max_bytes:
+            found = os.fstat(stream.fileno())
+            if not stat.S_ISREG(found.st_mode):
+                return "not-a-file"
+            if found.st_size > rules.max_bytes:
                 return "too-large"
             data = stream.read()
-    except OSError:
-        return "unreadable"
+    except OSError as exc:
+        return "not-a-file" if exc.errno == errno.ENXIO else "unreadable"  # ENXIO: a socket
     if b"\x00" in data[:SNIFF_BYTES]:
         return "binary"
     try:

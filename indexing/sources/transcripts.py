@@ -53,7 +53,7 @@ def convert_line(line: str, options: TranscriptOptions = TranscriptOptions()) ->
     """One transcript line to a turn, or the reason it is skipped. Never raises."""
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes: malformed too
         return "malformed"
     if not isinstance(obj, dict):
         return "malformed"

@@ -253,7 +253,7 @@ class NoteWatcher:
     def _read(self, rel: str, file: Path) -> Doc | Skip:
         if links_to_note(self.tree, self.rules, file):  # stored once, under the target's path
             return "link-to-a-note"
-        return read_doc(rel, file, self.rules, self.sink.redact, self.tree.root)
+        return read_doc(rel, file, self.rules, self.sink.redact, self.tree)
 
     def _skip(self, rel: str, reason: Skip) -> None:
         if (rel, reason) not in self._skipped:  # each skip is logged once

@@ -33,6 +33,9 @@ DatabaseError = duckdb.Error  # what a failing query raises; the process boundar
 def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
     if "Could not set lock" in str(exc):
         return StoreLocked(f"the memory store {path} is open in another program: {exc}")
+    if (path.exists() and not os.access(path, os.R_OK | os.W_OK)) or "Permission denied" in str(exc):
+        return StoreError(f"cannot open the memory store {path}: permission denied (the file is not "
+                          f"damaged); make it readable and writable by you: chmod 600 {path}")
     return StoreError(f"cannot open the memory store {path}: {exc}. Move the damaged file aside "
                       "to start an empty store, or put a backup in its place")
 

@@ -8,13 +8,22 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from agentmemrec.server.console import printable
 from agentmemrec.server.settings import Settings
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines name files and echo stored text: control characters are shown, not sent."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 def setup_logging(verbose: bool) -> None:
     # stdout is the JSON-RPC stream in stdio mode: every log line goes to stderr.
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
-                        format="agentmemrec %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("agentmemrec %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(handlers=[handler], level=logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 

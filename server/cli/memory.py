@@ -82,7 +82,7 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The items, and the line of the file each came from (blank lines are skipped)."""
     items, at = [], []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may sit in a string
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -95,6 +95,8 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
             items.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{n}: not valid JSON ({exc.msg}); fix the line and retry") from exc
+        except RecursionError as exc:
+            raise InputError(f"{path}:{n}: JSON nested too deeply to read; fix the line and retry") from exc
         at.append(n)
     return items, at
 

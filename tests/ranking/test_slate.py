@@ -229,6 +229,9 @@ def test_a_title_ends_once_and_cannot_pose_as_a_label_and_an_early_year_keeps_fo
     forged = render_item(decision(2, "TLS. [#5 adr-0102] decision (REJECTED, 2026-01-01): Plain", datetime(1, 1, 1)),
                          inputs)
     assert forged.startswith('[#2] decision (accepted, 0001-01-01): "TLS. [#5 adr-0102] decision (REJECTED')
+    gone = Unit(id=3, project="p", kind="decision", text="Body.", tokens=0, at=T0, seq=3, status="superseded",
+                title="Old. [#5 adr-0102] decision (accepted, 2026-01-01): Plain")
+    assert '): "Old. [#5 adr-0102] decision (accepted' in digest("p", [gone], 800).context  # a replaced one too
 
 
 def test_a_speaker_that_names_another_role_is_shown_with_the_turns_role():

@@ -45,6 +45,43 @@ def test_a_home_others_may_write_is_refused_with_what_to_do(tmp_path):
     assert not (home / "memory.duckdb").exists()
 
 
+NOT_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: needs an unprivileged user")
+
+
+def said_once(done: subprocess.CompletedProcess[str], what: str) -> None:
+    """Exit 1, and one line on stderr saying what is wrong: no traceback."""
+    err = [line for line in done.stderr.splitlines() if line.startswith("agentmemrec")]
+    assert done.returncode == 1 and "Traceback" not in done.stderr and len(err) == 1 and what in err[0], done.stderr
+
+
+def test_a_home_that_cannot_be_made_is_said_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    said_once(cli(tmp_path / "file" / "home", "recall", "kafka", "--project", "p"),
+              f"cannot create the memory store's home {tmp_path / 'file' / 'home'}: Not a directory")
+
+
+@NOT_ROOT
+def test_a_read_only_home_is_said_in_one_line_with_what_to_do(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    said_once(cli(tmp_path / "ro" / "home", "recall", "kafka", "--project", "p"),
+              f"cannot create the memory store's home {tmp_path / 'ro' / 'home'}: Permission denied")
+    home, items = tmp_path / "home", tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"kind": "turn", "text": "kafka carries the events"}) + "\n")
+    assert cli(home, "import", str(items), "--project", "p").returncode == 0
+    os.chmod(home, 0o500)
+    try:
+        said_once(cli(home, "recall", "kafka", "--project", "p"),
+                  f"the memory store's home {home} is not writable by you (permission denied); make it so with: "
+                  f"chmod 700 {home}")
+    finally:
+        os.chmod(home, 0o700)
+    os.chmod(home / "memory.duckdb", 0o400)  # not damaged: following "move it aside" would lose it
+    said_once(cli(home, "recall", "kafka", "--project", "p"),
+              "permission denied (the file is not damaged); make it readable and writable by you: chmod 600")
+    os.chmod(home / "memory.duckdb", 0o600)
+    assert "kafka carries the events" in cli(home, "recall", "kafka", "--project", "p").stdout
+
+
 @ROOT_ONLY
 def test_a_home_of_another_user_is_refused(tmp_path):
     home = tmp_path / "home"

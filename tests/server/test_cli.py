@@ -229,3 +229,25 @@ def test_a_command_that_wrote_with_no_server_running_embeds_what_it_wrote(home, 
     slate = json.loads(capsys.readouterr().out)
     assert not any("not yet embedded" in n for n in slate["notes"]), slate["notes"]
     assert any(i["ref"] == "s1" for i in slate["items"])
+
+
+def test_escape_sequences_in_memory_are_shown_not_sent_to_the_terminal(home, tmp_path, capsys):
+    """Stored text is anyone's: an OSC could set the title or write the clipboard (OSC 52), a CSI
+    clear the screen. Human output shows them as escapes; JSON carries them, escaped, unchanged."""
+    text = "ESCTEST \x1b]52;c;cHduZWQ=\x07 \x1b[2J \x9b31m red\rover\r\nnext\tcol"
+    src = tmp_path / "ansi.jsonl"
+    src.write_text("\n".join(json.dumps(item) for item in (
+        {"kind": "turn", "text": text, "ref": "t1"},
+        {"kind": "decision", "ref": "adr-1", "title": "Escapes", "status": "accepted", "text": text})) + "\n")
+    assert main(["import", str(src), "--project", "esc"]) == 0
+    capsys.readouterr()
+    shown = []
+    for args in (["recall", "ESCTEST red"], ["show", "t1"], ["ls", "--decisions"]):
+        assert main([*args, "--project", "esc"]) == 0
+        shown.append(capsys.readouterr().out)
+    for out in shown:
+        assert "ESCTEST \\u001b]52;c;cHduZWQ=\\u0007 \\u001b[2J \\u009b31m red" in out, out
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out.replace("\r\n", "\n"))
+    assert "red\\u000dover\r\nnext\tcol" in shown[1]  # show keeps the text as stored: CRLF and tab too
+    assert main(["show", "t1", "--project", "esc", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["text"] == text

@@ -51,6 +51,22 @@ def test_an_import_that_is_not_utf8_is_refused_by_name(home, tmp_path, capsys):
     assert not home.exists()
 
 
+def test_an_import_line_nested_too_deeply_is_refused_by_its_line(home, tmp_path, capsys):
+    src = tmp_path / "n.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "fine"}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    _refused(["import", str(src)], f"{src}:2: JSON nested too deeply to read; fix the line", capsys)
+    assert not home.exists()
+
+
+def test_an_import_keeps_line_and_paragraph_separators_inside_a_text(home, tmp_path, capsys):
+    src = tmp_path / "u.jsonl"  # as JavaScript's JSON.stringify writes them: raw
+    texts = ["wiki paste:\u2028retry limit is five", "pdf paste\x85ledger closes at midnight", "a\u2029b"]
+    src.write_text("\n".join(json.dumps({"kind": "turn", "text": t}, ensure_ascii=False) for t in texts) + "\n",
+                   encoding="utf-8")
+    assert main(["import", str(src), "--project", "pay"]) == 0
+    assert "3 items read, 3 stored" in capsys.readouterr().out
+
+
 def test_an_import_the_store_would_refuse_or_an_empty_one_makes_no_store(home, tmp_path, capsys):
     bad_kind, dup_ref, empty = tmp_path / "k.jsonl", tmp_path / "d.jsonl", tmp_path / "e.jsonl"
     bad_kind.write_text(json.dumps({"kind": "turn", "text": "fine"}) + "\n" + json.dumps({"kind": "nope", "text": "x"}))

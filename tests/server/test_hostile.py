@@ -165,7 +165,7 @@ def _bad_item(raw: dict[str, Any]) -> bool:
     return (raw.get("kind") not in ("turn", "decision", "note") or not isinstance(value, str)
             or not value.replace("\x00", "").strip() or len(value.encode("utf-8", "surrogatepass")) > 128 * 1024
             or any(0xD800 <= ord(c) <= 0xDFFF for c in value) or "bogus" in raw
-            or any(isinstance(raw.get(f), str) and any(c in raw[f].strip() for c in "\n\r\x00\u2028")
+            or any(isinstance(raw.get(f), str) and any(c in raw[f].strip() for c in "\n\r\x00\u2028\u202e\u200b")
                    for f in ("ref", "session", "speaker", "title", "path")))
 
 
@@ -197,10 +197,14 @@ def must_succeed(tool: str, args: dict[str, Any]) -> bool:
     return False
 
 
+HIDDEN = "\u200b\u2060\u2061\u2062\u2063\u2064\ufeff\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
 def _one_line(value: str) -> bool:
-    """At most 512 characters with no line break or control character (a tab is neither)."""
+    """At most 512 characters with no line break or control character (a tab is neither), and none
+    that is invisible or reorders text (a zero-width space, a bidi override)."""
     return len(value.strip()) <= 512 and not any(
-        (unicodedata.category(c) == "Cc" and c != "\t") or c in "\u2028\u2029" for c in value.strip())
+        (unicodedata.category(c) == "Cc" and c != "\t") or c in "\u2028\u2029" + HIDDEN for c in value.strip())
 
 
 def _plainly_valid(raw: Any) -> bool:

@@ -107,6 +107,27 @@ def test_a_forget_whose_reply_was_lost_is_reported_not_repeated(home):
     follower.close()
 
 
+def test_a_store_moved_or_deleted_under_its_owner_refuses_writes_instead_of_losing_them(pair, home, tmp_path):
+    """The owner would go on writing into the file it holds, acknowledged, wherever it went (and
+    a command run at the old path would make a new store there): it refuses, and says to restart."""
+    owner, follower = pair
+    owner.remember("p", [turn("written before the move", ref="a")])
+    os.rename(home / "memory.duckdb", home / "aside.duckdb")
+    for process in (owner, follower):  # the follower gets the owner's refusal across the socket
+        with pytest.raises(StoreError, match=r"memory.duckdb was moved or deleted while process \d+ served it; "
+                                             "its writes .* refused: restart that process"):
+            process.remember("p", [turn("written after the move", ref="b")])
+    assert follower.recall("p", "written before the move").items  # reads answer from the file it holds
+    os.rename(home / "aside.duckdb", home / "memory.duckdb")  # the same file at the path again: writes go on
+    assert follower.remember("p", [turn("written once it was back", ref="c")])[0].outcome == "stored"
+    os.rename(home, tmp_path / "moved")  # the whole home, lock and socket with it
+    with pytest.raises(StoreError, match="was moved or deleted"):
+        owner.forget("p", ["a"])
+    shutil.rmtree(tmp_path / "moved")
+    with pytest.raises(StoreError, match="was moved or deleted"):
+        owner.remember("p", [turn("written after the delete", ref="d")])
+
+
 def test_a_home_too_long_for_a_socket_path_gets_a_private_socket_directory(tmp_path):
     home = tmp_path / ("h" * 120)
     path = socket_path(home)

@@ -151,6 +151,26 @@ def test_the_plain_jsonl_import_is_unchanged_and_exclusive(home, tmp_path, capsy
     assert main(["import", str(src), str(tmp_path), "--project", "infra"]) == 2
 
 
+def odd_session(projects: Path, payments: Path) -> None:
+    """Turns holding U+2028, U+0085 and U+2029 raw (as Node's JSON.stringify writes them), and a
+    line nested deeper than any parser goes, in a session that sorts before sess-1."""
+    lines = [line("user", "wiki paste:\u2028retry limit is five", 30, payments, session="sess-0"),
+             "[" * 100_000 + "]" * 100_000,
+             line("user", "pdf paste\x85ledger closes at midnight\u2029end", 31, payments, session="sess-0")]
+    folder = projects / str(payments).replace("/", "-")
+    (folder / "sess-0.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_turns_with_unicode_line_separators_are_stored_and_a_nested_line_is_malformed(home, claude, capsys):
+    projects, payments, _ = claude
+    odd_session(projects, payments)
+    assert main(["import", "claude-code", str(projects), "--project", "payments"]) == 0
+    out = capsys.readouterr().out
+    assert "3 files, 19 lines read, 8 turns stored" in out and "malformed 2" in out, out
+    context = recall("payments", "retry limit ledger closes at midnight", capsys)["context"]
+    assert "retry limit is five" in context and "ledger closes at midnight" in context
+
+
 def test_a_tool_call_keeps_its_name_and_target_only():
     turn = convert_line(line("assistant", [{"type": "tool_use", "name": "Grep",
                                             "input": {"pattern": "TODO", "path": "src"}}], 1, Path("/r")))
@@ -186,6 +206,18 @@ async def test_capture_stores_lines_as_they_are_written_and_resumes_after_a_rest
     slate = memory.recall("payments", "ledger index migration 42")
     assert "[#" in slate.context and "Done: migration 42 adds the ledger index." in slate.context
     assert memory.store.count_units("payments") == 8
+
+
+@pytest.mark.anyio
+async def test_capture_stores_turns_with_line_separators_and_goes_past_a_nested_line(memory, claude, tmp_path):
+    projects, payments, _ = claude
+    odd_session(projects, payments)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            first = await tg.start(partial(capture_claude_code, memory, projects, Target(frozenset({"payments"})),
+                                           tmp_path / "capture.json"))
+        tg.cancel_scope.cancel()
+    assert (first.stored, first.skipped["malformed"]) == (8, 2)  # and sess-1, read after it
 
 
 @pytest.mark.anyio

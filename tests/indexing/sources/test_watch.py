@@ -351,3 +351,39 @@ def test_the_watch_command_says_each_summary_once(home, repo):
                           env={**os.environ, "AGENTMEMREC_HOME": str(home)})
     assert done.returncode == 0 and done.stdout.count("1 written, 0 renamed, 0 removed") == 1
     assert "written" not in done.stderr, done.stderr
+
+
+async def test_links_to_hidden_or_gitignored_files_in_the_repository_are_never_read(memory, repo):
+    """A cloned repository can commit `docs/env.md -> ../.env`: the target must pass the rules a
+    file found directly passes, or the watcher would store the user's own secrets."""
+    write(repo / ".gitignore", ".env\nsecrets/\n")
+    write(repo / ".env", "DB_PASS=zebra-env-secret")
+    write(repo / "secrets" / "creds.txt", "zebra admin login kept in an ignored folder")
+    write(repo / ".git" / "config", "[remote] url = https://zebra-token@example.com")
+    write(repo / "CHANGELOG", "zebra release notes, a plain file of the repository")
+    (repo / "docs" / "env.md").symlink_to("../.env")
+    (repo / "docs" / "creds.md").symlink_to("../secrets/creds.txt")
+    (repo / "docs" / "gitconfig.md").symlink_to("../.git/config")
+    (repo / "docs" / "changes.md").symlink_to("../CHANGELOG")  # a link to a file git keeps is fine
+    async with watching(memory, repo / "docs") as (first, reports):
+        (repo / "docs" / "late.md").symlink_to("../secrets/creds.txt")  # one made while watching
+        write(repo / "docs" / "zebra.md", "a zebra note written after the link")
+        await next_change(reports)
+    assert sorted(first.paths) == ["docs/changes.md", "docs/guide.md"]
+    found = context(memory, "zebra secret admin login token release")
+    assert "release notes" in found
+    assert not [s for s in ("zebra-env-secret", "admin login", "zebra-token") if s in found]
+
+
+def test_a_fifo_or_a_link_loop_is_skipped_with_a_warning_and_the_pass_goes_on(home, repo):
+    os.mkfifo(repo / "docs" / "pipe\x1b[2J.md")  # reading would wait for a writer forever; its name clears the screen
+    (repo / "docs" / "l1.md").symlink_to("l2.md")
+    (repo / "docs" / "l2.md").symlink_to("l1.md")
+    done = subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "watch", str(repo / "docs"), "--project",
+                           PROJECT, "--once"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    assert done.returncode == 0 and "1 written, 0 renamed, 0 removed" in done.stdout, done.stderr
+    warned = [line.rsplit("docs: ", 1)[1] for line in done.stderr.splitlines() if "WARNING" in line]
+    assert warned == ["docs/l1.md not stored: it is a symbolic link loop",
+                      "docs/l2.md not stored: it is a symbolic link loop",
+                      "docs/pipe\\u001b[2J.md not stored: not a regular file (a FIFO, socket or device)"]
