@@ -39,6 +39,8 @@ class Pattern:
     regex: re.Pattern[str]
     group: int = 0
     accept: Callable[[re.Match[str]], bool] = field(default=lambda _match: True)
+    # lowercase literals of which a match must hold one; text holding none skips the pattern
+    needles: tuple[str, ...] = ()
 
 
 def shannon_entropy(value: str) -> float:
@@ -194,81 +196,95 @@ _WORDISH = re.compile(r"\d+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]{2,}")  # users/10
 # "token_token_..." cost one scan, not one per position.
 _NAMES = r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
 _SUFFIX = r"[A-Za-z0-9_]{0,24}+[\"']?"  # DB_PASSWORD, clientSecret
-_KEY = r"(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX
+_FIRST = r"(?=[AaPpSsTt\u017f])"  # a key word's first letter (ignoring case, `ſ` is an `s`): a fast scan
+_KEY = _FIRST + r"(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX
 # `DB_PASS=`, `MYSQL_PWD=`, `dbPass=`, `pass=` as a name's last word, never `PASSAGE`, `bypass`,
 # `compass`, `pass_context` (a compiler's or a function's pass) or `PWD=` (a folder)
 _PASS = r"(?:(?<![A-Za-z0-9-])(?i:pass)|(?<=_)(?i:pwd)|(?<=[a-z0-9])(?:Pass|Pwd))(?![A-Za-z0-9_])[\"']?"
-_KEY_EQ = r"(?:" + _PASS + r"|(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX + ")"
+_KEY_EQ = _FIRST + r"(?:" + _PASS + r"|(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX + ")"
 _VALUE = (r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?:]{4,512}+)\1"
           r"(?![A-Za-z0-9_\-./+=!@#$%^&*~?:(\[])")  # a value, not a call or an index
 _B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
 _ARG = r"([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"  # a shell argument, maybe quoted
+_KEY_WORDS = ("pass", "pwd", "secret", "token", "key")
 
 # Order matters: specific provider shapes first, so a key is named for what it is; the generic
-# assignment and entropy rules then catch what is left.
+# assignment and entropy rules then catch what is left. Needles are checked case-insensitively.
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("private-key", re.compile(
         r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL)),
-    Pattern("anthropic-key", re.compile(_B64 + r"sk-ant-[A-Za-z0-9_-]{20,}+")),
+        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL), needles=("-----begin ",)),
+    Pattern("anthropic-key", re.compile(_B64 + r"sk-ant-[A-Za-z0-9_-]{20,}+"), needles=("sk-ant-",)),
     Pattern("openai-key", re.compile(_B64 + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}+"),
-            accept=_unlike_words),
-    Pattern("stripe-key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+")),
-    Pattern("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+            accept=_unlike_words, needles=("sk-",)),
+    Pattern("stripe-key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+"),
+            needles=("_live_", "_test_")),
+    Pattern("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"),
+            needles=("akia", "asia", "agpa", "aida", "aroa")),
     Pattern("aws-secret-key", re.compile(
         r"(?i)\baws_?secret_?access_?key\b[\"']?\s*+[=:]\s*+[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
-        group=1),
+        group=1, needles=("aws",)),
     Pattern("github-token", re.compile(
-        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)")),
-    Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+")),
-    Pattern("gitlab-token", re.compile(_B64 + r"glpat-[A-Za-z0-9_-]{20,}+")),
-    Pattern("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+")),
-    Pattern("npm-token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36,}+")),
-    Pattern("pypi-token", re.compile(_B64 + r"pypi-AgE[A-Za-z0-9_-]{50,}+")),
-    Pattern("sendgrid-key", re.compile(_B64 + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])")),
-    Pattern("google-oauth-secret", re.compile(_B64 + r"GOCSPX-[A-Za-z0-9_-]{20,}+")),
-    Pattern("shopify-token", re.compile(r"(?<![A-Za-z0-9_])shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?![A-Za-z0-9])")),
-    Pattern("age-secret-key", re.compile(r"(?<![A-Za-z0-9-])AGE-SECRET-KEY-1[0-9A-Z]{50,}+")),
-    Pattern("webhook-secret", re.compile(r"(?<![A-Za-z0-9_])whsec_[A-Za-z0-9+/=]{24,}+")),
+        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)"),
+        needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+"), needles=("xox",)),
+    Pattern("gitlab-token", re.compile(_B64 + r"glpat-[A-Za-z0-9_-]{20,}+"), needles=("glpat-",)),
+    Pattern("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+"), needles=("hf_",)),
+    Pattern("npm-token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36,}+"), needles=("npm_",)),
+    Pattern("pypi-token", re.compile(_B64 + r"pypi-AgE[A-Za-z0-9_-]{50,}+"), needles=("pypi-",)),
+    Pattern("sendgrid-key", re.compile(_B64 + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+            needles=("sg.",)),
+    Pattern("google-oauth-secret", re.compile(_B64 + r"GOCSPX-[A-Za-z0-9_-]{20,}+"), needles=("gocspx-",)),
+    Pattern("shopify-token", re.compile(r"(?<![A-Za-z0-9_])shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"),
+            needles=("shp",)),
+    Pattern("age-secret-key", re.compile(r"(?<![A-Za-z0-9-])AGE-SECRET-KEY-1[0-9A-Z]{50,}+"),
+            needles=("age-secret-key-",)),
+    Pattern("webhook-secret", re.compile(r"(?<![A-Za-z0-9_])whsec_[A-Za-z0-9+/=]{24,}+"), needles=("whsec_",)),
     Pattern("webhook-url", re.compile(
         r"(?i)\bhttps://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
-        r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/([A-Za-z0-9/_-]{16,}+)"), group=1),
-    Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}")),
-    Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")),
-    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1),
+        r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/([A-Za-z0-9/_-]{16,}+)"), group=1,
+        needles=("https://",)),
+    Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}"), needles=("aiza",)),
+    Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"),
+            needles=("eyj",)),
+    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1,
+            needles=("bearer",)),
     Pattern("basic-credentials", re.compile(r"(?i)\bbasic[ \t]++([A-Za-z0-9+/]{8,}+={0,2})(?![A-Za-z0-9+/=])"),
-            group=1, accept=_basic_credentials),
+            group=1, accept=_basic_credentials, needles=("basic",)),
     Pattern("docker-auth", re.compile(r"\"auth\"\s*+:\s*+\"([A-Za-z0-9+/]{8,}+={0,2})\""),
-            group=1, accept=_basic_credentials),
+            group=1, accept=_basic_credentials, needles=('"auth"',)),
     Pattern("kubeconfig-credentials", re.compile(
         r"(?<![\w-])client-(?:key|certificate)-data\s*+:\s*+[\"']?([A-Za-z0-9+/]{16,}+={0,2})"),
-        group=1),
+        group=1, needles=("-data",)),
     Pattern("url-credentials", re.compile(
         r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{1,64}+:([^\s@/]{3,128}+)@"),
-        group=1, accept=_credential_in_url),
+        group=1, accept=_credential_in_url, needles=("://",)),
     Pattern("user-credentials", re.compile(
         r"(?<![A-Za-z0-9_-])(?:-u|--user)(?:[ \t]++|=)([\"'])?([^\s:\"'@/]{1,64}+):"
-        r"((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"), group=3, accept=_user_password),
+        r"((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"), group=3, accept=_user_password,
+        needles=("-u",)),
     Pattern("sshpass-password", re.compile(r"(?<![\w-])sshpass[ \t]++(?:-v[ \t]++)?-p[ \t]*+" + _ARG),
-            group=2, accept=lambda m: not _is_placeholder(m.group(2))),
+            group=2, accept=lambda m: not _is_placeholder(m.group(2)), needles=("sshpass",)),
     Pattern("netrc-password", re.compile(
         r"(?m)^[ \t]*+(?:machine\s++\S++(?:\s++(?:login|account|port)\s++\S++)*+"
         r"|default(?:\s++(?:login|account|port)\s++\S++)++)\s++password\s++(\S++)"),
-        group=1, accept=lambda m: not _is_placeholder(m.group(1))),
+        group=1, accept=lambda m: not _is_placeholder(m.group(1)), needles=("password",)),
     Pattern("secret-flag", re.compile(
         r"(?<![A-Za-z0-9_-])--?(?:[a-z0-9]++-)*?(?i:password|passwd|passphrase|secret|token|api-?key|"
         r"access-key|private-key)[ \t]++([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){4,256}+)(?(1)\1|(?!\S))"),
-        group=2, accept=_flag_value),
+        group=2, accept=_flag_value, needles=_KEY_WORDS),
     Pattern("secret-assignment", re.compile(
         r"(?:" + _KEY_EQ + r"\s*+=|" + _KEY + r"\s*+:)\s*+([\"'])([^\"'\n]{4,256}+)\1"),
-        group=2, accept=_phrase),
-    Pattern("secret-assignment", re.compile(_KEY_EQ + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned),
-    Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated),
+        group=2, accept=_phrase, needles=_KEY_WORDS),
+    Pattern("secret-assignment", re.compile(_KEY_EQ + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned,
+            needles=_KEY_WORDS),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated,
+            needles=_KEY_WORDS),
     Pattern("high-entropy", re.compile(
         r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"
-        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random_value),
+        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random_value, needles=("=",)),
     Pattern("aws-secret-key", re.compile(r"(?<![A-Za-z0-9/+=._-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=._-])"),
-            accept=_aws_secret_shaped),
+            accept=_aws_secret_shaped, needles=("/", "+")),
 )
 
 
@@ -281,9 +297,20 @@ class Redacted:
 def redact(text: str, patterns: tuple[Pattern, ...] = PATTERNS) -> Redacted:
     """Replace every secret-looking span of `text` by its marker; count replacements by name."""
     counts: Counter[str] = Counter()
+    folded = _fold(text)
     for pattern in patterns:
+        if pattern.needles and not any(needle in folded for needle in pattern.needles):
+            continue  # a cheap test first: most patterns' literals are absent from most text
         text = pattern.regex.sub(lambda m, p=pattern: _replace(m, p, counts), text)
+        if pattern.name in counts:  # a marker may hold a needle ("secret" in secret-assignment)
+            folded += marker(pattern.name)
     return Redacted(text, dict(counts))
+
+
+def _fold(text: str) -> str:
+    """`text` lowercased so that it holds a needle wherever an ignore-case regex could match it:
+    `re` also matches `İ`, `ı` and `ſ` (and the Kelvin sign, which lower() maps) to ASCII letters."""
+    return text.lower().replace("\u0131", "i").replace("i\u0307", "i").replace("\u017f", "s")
 
 
 def _replace(match: re.Match[str], pattern: Pattern, counts: Counter[str]) -> str:

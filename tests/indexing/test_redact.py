@@ -200,3 +200,11 @@ def test_placeholders_stay(text):
                                   "GIT_SHA=zz2b8c1e9a4d4c2b8e1f0a1b2c3d4e5fQQ9"])  # not hex
 def test_hex_is_kept_only_under_a_digests_name(text):
     assert redact(text).counts == {"high-entropy": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(fragments | st.sampled_from(["ſecret=", "prİvate_key: ", "PAſſWORD", "\u212a"]) | st.text(max_size=30),
+                max_size=8))
+def test_skipping_patterns_whose_literals_are_absent_changes_nothing(parts):
+    text = "".join(parts)
+    assert redact(text) == redact(text, tuple(replace(p, needles=()) for p in PATTERNS))
