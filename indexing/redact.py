@@ -39,6 +39,8 @@ class Pattern:
     regex: re.Pattern[str]
     group: int = 0
     accept: Callable[[re.Match[str]], bool] = field(default=lambda _match: True)
+    # lowercase literals of which a match must hold one; text holding none skips the pattern
+    needles: tuple[str, ...] = ()
 
 
 def shannon_entropy(value: str) -> float:
@@ -49,15 +51,14 @@ def shannon_entropy(value: str) -> float:
     return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
 
 
-def _looks_random(match: re.Match[str]) -> bool:
+def _random(value: str) -> bool:
     """High-entropy values in env-like lines: long, mixed letters and digits, >= 3.5 bits/char."""
-    value = match.group(2)
     has_letter = any(c.isalpha() for c in value)
     has_digit = any(c.isdigit() for c in value)
     return len(value) >= 16 and has_letter and has_digit and shannon_entropy(value) >= 3.5
 
 
-PLACEHOLDER_MARKS = ("xxxx", "****", "your_", "your-", "<", "$", "{{", "%(")
+PLACEHOLDER_MARKS = ("xxxx", "****", "your_", "your-", "<", "$", "{{", "%(", "%s")
 PLACEHOLDER_WORDS = ("none", "null", "true", "false", "changeme", "password", "secret", "redacted", "example")
 
 
@@ -65,7 +66,7 @@ def _is_placeholder(value: str) -> bool:
     """`$DB_PASSWORD`, `<your password>`, `changeme`, `password_here`: not a value. A word
     followed by digits (`Password123!`, `secretP4ss99`) is a weak password, not a placeholder."""
     lowered = value.lower()
-    if lowered.startswith(PLACEHOLDER_MARKS) or set(lowered) <= {"*", "x", "."}:
+    if lowered.startswith(PLACEHOLDER_MARKS) or set(lowered) <= {"*", "x", ".", ":"}:
         return True
     word = next((w for w in PLACEHOLDER_WORDS if lowered.startswith(w)), None)
     return word is not None and not any(c.isdigit() for c in lowered[len(word):])
@@ -78,16 +79,40 @@ def _is_code(value: str) -> bool:
                              value))
 
 
+# the last word of a name that says its value is a setting about a secret, not the secret
+SETTING_WORDS = frozenset({"type", "header", "url", "uri", "endpoint", "hasher", "length", "len", "limit",
+                           "budget", "timeout", "ttl", "expiry", "expires", "seconds", "minutes", "hours",
+                           "days", "size", "count", "max", "min", "rate", "threshold", "file", "path",
+                           "name", "format", "algorithm", "version"})
+
+
+def _words(name: str) -> list[str]:
+    """`MAX_TOKEN_LENGTH`, `apiKeyHeader`: the lowercase words of a name."""
+    return [w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])", name)]
+
+
+def _a_setting(match: re.Match[str]) -> bool:
+    """`TOKEN_BUDGET=1200`, `token_type="Bearer"`, `api_key_header = "X-API-Key"`: a name whose
+    last word says it is a setting holds a value unlike a random one (an allowance for a key that
+    happens to sit there)."""
+    name = re.match(r"[A-Za-z0-9_-]*", match.group(0)).group(0)
+    words = _words(name)
+    return bool(words) and words[-1] in SETTING_WORDS and not _random(match.group(2))
+
+
 def _assigned(match: re.Match[str]) -> bool:
-    """`password=...`: any value that is neither a placeholder nor, unquoted, a name in code."""
+    """`password=...`: any value that is neither a placeholder, a setting, an address nor,
+    unquoted, a name in code."""
     quoted, value = match.group(1), match.group(2)
-    return not _is_placeholder(value) and (bool(quoted) or not _is_code(value))
+    if _is_placeholder(value) or "://" in value or _a_setting(match):
+        return False
+    return bool(quoted) or not _is_code(value)
 
 
 def _stated(match: re.Match[str]) -> bool:
     """`secret: ...` in YAML, JSON or prose: quoted values, or unquoted ones unlike a word."""
     quoted, value = match.group(1), match.group(2)
-    if _is_placeholder(value) or _is_code(value):
+    if _is_placeholder(value) or _is_code(value) or "://" in value or _a_setting(match):
         return False
     return bool(quoted) or (len(value) >= 8 and not value.isalpha())
 
@@ -108,7 +133,7 @@ def _flag_value(match: re.Match[str]) -> bool:
 def _phrase(match: re.Match[str]) -> bool:
     """`password: "correct horse battery staple"`: a quoted value with spaces (the other rules
     take values without them)."""
-    return " " in match.group(2) and not _is_placeholder(match.group(2))
+    return " " in match.group(2) and not _is_placeholder(match.group(2)) and not _a_setting(match)
 
 
 def _basic_credentials(match: re.Match[str]) -> bool:
@@ -121,70 +146,145 @@ def _basic_credentials(match: re.Match[str]) -> bool:
 
 
 DIGEST_WORDS = frozenset({"sha", "sha1", "sha256", "commit", "rev", "revision", "hash", "digest", "checksum"})
+ID_WORDS = frozenset({"trace", "request", "span", "correlation", "ray"})
+HEX_ID = re.compile(r"[0-9a-fA-F]{7,64}(?:-[A-Z]{3})?")  # a Cloudflare ray id ends in its data centre
+SELF_DESCRIBED = re.compile(
+    r"(?:sha1|sha256|sha512|md5):[0-9a-fA-F]{32,128}"  # IMAGE_TAG=sha256:...
+    r"|v?\d+(?:\.\d+)+(?:[-+~][a-z0-9.-]+)?"  # NODE_VERSION=20.11.1-bookworm-slim
+    r"|[A-Za-z_][\w.]*\((?:.*\))?")  # hasher = argon2.PasswordHasher(), a call (its arguments may follow)
 
 
 def _looks_random_value(match: re.Match[str]) -> bool:
     """An env-like line's random value; a URL there is an address (credentials in it are the URL
-    rule's), and hex under a name that says it is a digest (`GIT_SHA=`, `COMMIT=`) a version, not
-    a secret (a name that says secret is the assignment rule's)."""
+    rule's), and hex under a name that says it is a digest (`GIT_SHA=`, `COMMIT=`) or a request's
+    id (`CF_RAY=`, `TRACE_ID=`) a version or a label, not a secret (a name that says secret is the
+    assignment rule's); so are a digest, a version and a call that say what they are."""
     value = match.group(2)
-    name = re.match(r"\s*(?:export\s+)?(\w+)", match.group(0)).group(1)
-    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])", name)}  # GIT_SHA, gitSha
-    if re.fullmatch(r"[0-9a-fA-F]{7,64}", value) and words & DIGEST_WORDS:
+    words = _words(re.match(r"\s*(?:export\s+)?(\w+)", match.group(0)).group(1)) or [""]  # GIT_SHA, gitSha
+    an_id = words[-1] == "ray" or (words[-1] == "id" and bool(ID_WORDS & set(words)))
+    if HEX_ID.fullmatch(value) and (DIGEST_WORDS & set(words) or an_id):
         return False
-    return "://" not in value and _looks_random(match)
+    return "://" not in value and not SELF_DESCRIBED.fullmatch(value) and _random(value)
+
+
+def _unlike_words(match: re.Match[str]) -> bool:
+    """`sk-learn-model-selection-helpers` in a comment, `sk-toggleable__label` in CSS: words, not a key."""
+    return not re.fullmatch(r"[a-z_-]+", match.group(0).split("-", 1)[1])
+
+
+def _user_password(match: re.Match[str]) -> bool:
+    """`curl -u admin:S3cr3t`: the password, unless a placeholder or, as in `docker run -u
+    1000:1000` or `-u www-data:staff`, a user and group."""
+    user, value = match.group(2), match.group(3)
+    return not (_is_placeholder(value) or value == user or re.fullmatch(r"[a-z_][a-z0-9_-]*|\d+", value))
+
+
+def _aws_secret_shaped(match: re.Match[str]) -> bool:
+    """40 base64 characters alone, with upper and lower case, a digit and a `/` or `+`: the
+    shape of an AWS secret access key (a hex digest lacks some of these; a path's parts are words)."""
+    value = match.group(0)
+    return (any(c.isupper() for c in value) and any(c.islower() for c in value)
+            and any(c.isdigit() for c in value) and ("/" in value or "+" in value)
+            and shannon_entropy(value) >= 4.2 and not all(map(_WORDISH.fullmatch, value.split("/"))))
+
+
+_WORDISH = re.compile(r"\d+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]{2,}")  # users/105941/KautskyNichols: a path
 
 
 # Every pattern is linear in the text: a token may start only where its own character run
 # starts (a lookbehind), and runs are possessive or bounded, so "sk-sk-sk-..." or
 # "token_token_..." cost one scan, not one per position.
-_KEY = (r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|"
-        r"private[_-]?key)(?![a-z0-9])[A-Za-z0-9_]{0,24}+[\"']?")  # DB_PASSWORD, clientSecret
-_VALUE = (r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?]{4,512}+)\1"
-          r"(?![A-Za-z0-9_\-./+=!@#$%^&*~?(\[])")  # a value, not a call or an index
+_NAMES = r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+_SUFFIX = r"[A-Za-z0-9_]{0,24}+[\"']?"  # DB_PASSWORD, clientSecret
+_FIRST = r"(?=[AaPpSsTt\u017f])"  # a key word's first letter (ignoring case, `ſ` is an `s`): a fast scan
+_KEY = _FIRST + r"(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX
+# `DB_PASS=`, `MYSQL_PWD=`, `dbPass=`, `pass=` as a name's last word, never `PASSAGE`, `bypass`,
+# `compass`, `pass_context` (a compiler's or a function's pass) or `PWD=` (a folder)
+_PASS = r"(?:(?<![A-Za-z0-9-])(?i:pass)|(?<=_)(?i:pwd)|(?<=[a-z0-9])(?:Pass|Pwd))(?![A-Za-z0-9_])[\"']?"
+_KEY_EQ = _FIRST + r"(?:" + _PASS + r"|(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX + ")"
+_VALUE = (r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?:]{4,512}+)\1"
+          r"(?![A-Za-z0-9_\-./+=!@#$%^&*~?:(\[])")  # a value, not a call or an index
 _B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
+_ARG = r"([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"  # a shell argument, maybe quoted
+_KEY_WORDS = ("pass", "pwd", "secret", "token", "key")
 
 # Order matters: specific provider shapes first, so a key is named for what it is; the generic
-# assignment and entropy rules then catch what is left.
+# assignment and entropy rules then catch what is left. Needles are checked case-insensitively.
 PATTERNS: tuple[Pattern, ...] = (
     Pattern("private-key", re.compile(
         r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL)),
-    Pattern("anthropic-key", re.compile(_B64 + r"sk-ant-[A-Za-z0-9_-]{20,}+")),
-    Pattern("openai-key", re.compile(_B64 + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}+")),
-    Pattern("stripe-key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+")),
-    Pattern("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|.*\Z)", re.DOTALL), needles=("-----begin ",)),
+    Pattern("anthropic-key", re.compile(_B64 + r"sk-ant-[A-Za-z0-9_-]{20,}+"), needles=("sk-ant-",)),
+    Pattern("openai-key", re.compile(_B64 + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}+"),
+            accept=_unlike_words, needles=("sk-",)),
+    Pattern("stripe-key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+"),
+            needles=("_live_", "_test_")),
+    Pattern("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"),
+            needles=("akia", "asia", "agpa", "aida", "aroa")),
     Pattern("aws-secret-key", re.compile(
         r"(?i)\baws_?secret_?access_?key\b[\"']?\s*+[=:]\s*+[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
-        group=1),
+        group=1, needles=("aws",)),
     Pattern("github-token", re.compile(
-        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)")),
-    Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+")),
-    Pattern("gitlab-token", re.compile(_B64 + r"glpat-[A-Za-z0-9_-]{20,}+")),
-    Pattern("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+")),
-    Pattern("webhook-secret", re.compile(r"(?<![A-Za-z0-9_])whsec_[A-Za-z0-9+/=]{24,}+")),
+        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_[A-Za-z0-9_]{22,}+)"),
+        needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+"), needles=("xox",)),
+    Pattern("gitlab-token", re.compile(_B64 + r"glpat-[A-Za-z0-9_-]{20,}+"), needles=("glpat-",)),
+    Pattern("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+"), needles=("hf_",)),
+    Pattern("npm-token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36,}+"), needles=("npm_",)),
+    Pattern("pypi-token", re.compile(_B64 + r"pypi-AgE[A-Za-z0-9_-]{50,}+"), needles=("pypi-",)),
+    Pattern("sendgrid-key", re.compile(_B64 + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+            needles=("sg.",)),
+    Pattern("google-oauth-secret", re.compile(_B64 + r"GOCSPX-[A-Za-z0-9_-]{20,}+"), needles=("gocspx-",)),
+    Pattern("shopify-token", re.compile(r"(?<![A-Za-z0-9_])shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?![A-Za-z0-9])"),
+            needles=("shp",)),
+    Pattern("age-secret-key", re.compile(r"(?<![A-Za-z0-9-])AGE-SECRET-KEY-1[0-9A-Z]{50,}+"),
+            needles=("age-secret-key-",)),
+    Pattern("webhook-secret", re.compile(r"(?<![A-Za-z0-9_])whsec_[A-Za-z0-9+/=]{24,}+"), needles=("whsec_",)),
     Pattern("webhook-url", re.compile(
         r"(?i)\bhttps://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
-        r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/([A-Za-z0-9/_-]{16,}+)"), group=1),
-    Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}")),
-    Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")),
-    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1),
+        r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks)/([A-Za-z0-9/_-]{16,}+)"), group=1,
+        needles=("https://",)),
+    Pattern("google-api-key", re.compile(_B64 + r"AIza[0-9A-Za-z_-]{35}"), needles=("aiza",)),
+    Pattern("jwt", re.compile(_B64 + r"eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"),
+            needles=("eyj",)),
+    Pattern("bearer-token", re.compile(r"(?i)\bbearer\s++([A-Za-z0-9._~+/-]{20,}+=*+)"), group=1,
+            needles=("bearer",)),
     Pattern("basic-credentials", re.compile(r"(?i)\bbasic[ \t]++([A-Za-z0-9+/]{8,}+={0,2})(?![A-Za-z0-9+/=])"),
-            group=1, accept=_basic_credentials),
+            group=1, accept=_basic_credentials, needles=("basic",)),
+    Pattern("docker-auth", re.compile(r"\"auth\"\s*+:\s*+\"([A-Za-z0-9+/]{8,}+={0,2})\""),
+            group=1, accept=_basic_credentials, needles=('"auth"',)),
+    Pattern("kubeconfig-credentials", re.compile(
+        r"(?<![\w-])client-(?:key|certificate)-data\s*+:\s*+[\"']?([A-Za-z0-9+/]{16,}+={0,2})"),
+        group=1, needles=("-data",)),
     Pattern("url-credentials", re.compile(
         r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{1,64}+:([^\s@/]{3,128}+)@"),
-        group=1, accept=_credential_in_url),
+        group=1, accept=_credential_in_url, needles=("://",)),
+    Pattern("user-credentials", re.compile(
+        r"(?<![A-Za-z0-9_-])(?:-u|--user)(?:[ \t]++|=)([\"'])?([^\s:\"'@/]{1,64}+):"
+        r"((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"), group=3, accept=_user_password,
+        needles=("-u",)),
+    Pattern("sshpass-password", re.compile(r"(?<![\w-])sshpass[ \t]++(?:-v[ \t]++)?-p[ \t]*+" + _ARG),
+            group=2, accept=lambda m: not _is_placeholder(m.group(2)), needles=("sshpass",)),
+    Pattern("netrc-password", re.compile(
+        r"(?m)^[ \t]*+(?:machine\s++\S++(?:\s++(?:login|account|port)\s++\S++)*+"
+        r"|default(?:\s++(?:login|account|port)\s++\S++)++)\s++password\s++(\S++)"),
+        group=1, accept=lambda m: not _is_placeholder(m.group(1)), needles=("password",)),
     Pattern("secret-flag", re.compile(
         r"(?<![A-Za-z0-9_-])--?(?:[a-z0-9]++-)*?(?i:password|passwd|passphrase|secret|token|api-?key|"
         r"access-key|private-key)[ \t]++([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){4,256}+)(?(1)\1|(?!\S))"),
-        group=2, accept=_flag_value),
-    Pattern("secret-assignment", re.compile(_KEY + r"\s*+[=:]\s*+([\"'])([^\"'\n]{4,256}+)\1"),
-            group=2, accept=_phrase),
-    Pattern("secret-assignment", re.compile(_KEY + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned),
-    Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated),
+        group=2, accept=_flag_value, needles=_KEY_WORDS),
+    Pattern("secret-assignment", re.compile(
+        r"(?:" + _KEY_EQ + r"\s*+=|" + _KEY + r"\s*+:)\s*+([\"'])([^\"'\n]{4,256}+)\1"),
+        group=2, accept=_phrase, needles=_KEY_WORDS),
+    Pattern("secret-assignment", re.compile(_KEY_EQ + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned,
+            needles=_KEY_WORDS),
+    Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated,
+            needles=_KEY_WORDS),
     Pattern("high-entropy", re.compile(
         r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"
-        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random_value),
+        r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random_value, needles=("=",)),
+    Pattern("aws-secret-key", re.compile(r"(?<![A-Za-z0-9/+=._-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=._-])"),
+            accept=_aws_secret_shaped, needles=("/", "+")),
 )
 
 
@@ -197,9 +297,20 @@ class Redacted:
 def redact(text: str, patterns: tuple[Pattern, ...] = PATTERNS) -> Redacted:
     """Replace every secret-looking span of `text` by its marker; count replacements by name."""
     counts: Counter[str] = Counter()
+    folded = _fold(text)
     for pattern in patterns:
+        if pattern.needles and not any(needle in folded for needle in pattern.needles):
+            continue  # a cheap test first: most patterns' literals are absent from most text
         text = pattern.regex.sub(lambda m, p=pattern: _replace(m, p, counts), text)
+        if pattern.name in counts:  # a marker may hold a needle ("secret" in secret-assignment)
+            folded += marker(pattern.name)
     return Redacted(text, dict(counts))
+
+
+def _fold(text: str) -> str:
+    """`text` lowercased so that it holds a needle wherever an ignore-case regex could match it:
+    `re` also matches `İ`, `ı` and `ſ` (and the Kelvin sign, which lower() maps) to ASCII letters."""
+    return text.lower().replace("\u0131", "i").replace("i\u0307", "i").replace("\u017f", "s")
 
 
 def _replace(match: re.Match[str], pattern: Pattern, counts: Counter[str]) -> str:

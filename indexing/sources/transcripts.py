@@ -119,15 +119,43 @@ def tool_call(block: Mapping[str, Any], limit: int = 200, redacted: bool = True)
     name = str(block.get("name") or "tool")
     args = block.get("input") if isinstance(block.get("input"), dict) else {}
     arg = next((args[k] for k in TOOL_FIELDS if isinstance(args.get(k), str) and args[k].strip()), "")
-    arg = " ".join((redact(arg).text if redacted else arg).split())
-    return f"[tool {name}: {_clip(arg, limit)}]" if arg else f"[tool {name}]"
+    arg = _one_line(arg, limit, redacted)
+    return f"[tool {name}: {arg}]" if arg else f"[tool {name}]"
 
 
 def _flat(content: Any, limit: int, redacted: bool = True) -> str:
     if isinstance(content, list):
         content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    text = str(content or "")
-    return _clip(" ".join((redact(text).text if redacted else text).split()), limit)
+    return _one_line(str(content or ""), limit, redacted)
+
+
+REDACT_MARGIN = 4096  # characters past the cut that are redacted too: a secret across it is whole
+
+
+def _one_line(text: str, limit: int, redacted: bool) -> str:
+    """`text` redacted, flattened to one line and clipped to `limit` characters. Only a window is
+    redacted (a 4.6 MB error took 10 s in full, to keep 200 characters): what can reach the cut
+    plus a margin, widened while redaction shrinks it so that the margin stays past the cut (a
+    long key replaced by its marker pulls what follows forward)."""
+    if not redacted:
+        return _clip(" ".join(text.split()), limit)
+    want = limit + REDACT_MARGIN
+    while True:
+        end = _offset_of(text, want)
+        line = " ".join(redact(text[:end]).text.split())
+        if end == len(text) or len(line) >= limit + REDACT_MARGIN // 2:
+            return _clip(line, limit)
+        want *= 4
+
+
+def _offset_of(text: str, chars: int) -> int:
+    """Where in `text` its one-line form (words joined by a space) reaches `chars` characters."""
+    count = 0
+    for word in re.finditer(r"\S+", text):
+        count += len(word.group()) + 1
+        if count >= chars:
+            return word.end()
+    return len(text)
 
 
 def _clip(text: str, limit: int) -> str:

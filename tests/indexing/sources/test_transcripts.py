@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 
 from agentmemrec.indexing.sources.capture import ImportReport, Target, capture_claude_code
+from agentmemrec.indexing.redact import redact
 from agentmemrec.indexing.sources.transcripts import convert_line
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import build_parser, main, serve_settings
@@ -307,3 +308,20 @@ def test_a_tool_argument_is_redacted_before_it_is_clipped_to_one_line():
     turn = convert_line(line("assistant", [{"type": "tool_use", "name": "Bash", "input": {"command": command}}],
                              1, Path("/r")))
     assert "[REDACTED:github-token]" in turn.item["text"] and token[:12] not in turn.item["text"]
+
+
+def test_a_huge_tool_error_is_redacted_only_as_far_as_the_cut_can_reach(monkeypatch):
+    """A 4.6 MB error was redacted in full (10 s) to keep 200 characters. Now only a window is,
+    widened when a long key's marker pulls later text forward, so what is kept is still clean."""
+    from agentmemrec.indexing.sources import transcripts
+
+    seen: list[int] = []
+    monkeypatch.setattr(transcripts, "redact", lambda text: seen.append(len(text)) or redact(text))
+    key = "-----BEGIN PRIVATE KEY-----\n" + "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n" * 400 + "-----END PRIVATE KEY-----"
+    error = f"{key}\nthen {GH_TOKEN} failed\n" + "frame of a long traceback\n" * 200_000
+    turn = convert_line(line("user", [{"type": "tool_result", "tool_use_id": "t", "is_error": True,
+                                       "content": error}], 1, Path("/r")))
+    text = turn.item["text"]
+    assert text.startswith("[tool result (error): [REDACTED:private-key] then [REDACTED:github-token] failed frame")
+    assert GH_TOKEN[:10] not in text and "MIIEvQ" not in text
+    assert len(error) > 5_000_000 and max(seen) < 100_000
