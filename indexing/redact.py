@@ -110,11 +110,12 @@ def _assigned(match: re.Match[str]) -> bool:
 
 
 def _stated(match: re.Match[str]) -> bool:
-    """`secret: ...` in YAML, JSON or prose: quoted values, or unquoted ones unlike a word."""
+    """`secret: ...` in YAML, JSON or prose: quoted values, or unquoted ones unlike a word (a word
+    and its colon, as in a log's `refresh_token: KeyError: exp`, is a label)."""
     quoted, value = match.group(1), match.group(2)
     if _is_placeholder(value) or _is_code(value) or "://" in value or _a_setting(match):
         return False
-    return bool(quoted) or (len(value) >= 8 and not value.isalpha())
+    return bool(quoted) or (len(value) >= 8 and not value.removesuffix(":").isalpha())
 
 
 def _credential_in_url(match: re.Match[str]) -> bool:

@@ -117,9 +117,14 @@ def open_memory(settings: Settings, one_shot: bool = True):  # noqa: ANN201 - Sh
 
 def embed_written(memory: Any) -> None:
     """A command that wrote while it owned the store (no server runs to embed in the background)
-    embeds what it wrote before it exits, with a progress bar on stderr."""
+    embeds what it wrote before it exits, with a progress bar on stderr; not when ^C stopped it
+    (what it wrote is stored: the next server, or command that writes, embeds it)."""
     from tqdm import tqdm  # noqa: PLC0415
     pending = memory.pending_written()
-    if pending:
+    if pending and isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        logging.getLogger("agentmemrec").warning(
+            "interrupted: what was written is stored, and %d units wait to be embedded by the next "
+            "server or command that writes", sum(pending.values()))
+    elif pending:
         with tqdm(total=sum(pending.values()), desc="embed", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
             memory.embed_written(list(pending), bar.update)

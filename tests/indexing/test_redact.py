@@ -101,6 +101,7 @@ def test_every_pattern_in_the_table_has_a_test():
     "Basic authentication is enabled; basic configuration lives in config.yaml.",
     "API_URL=https://api.example.com/v1/a8d7f6g5h4k3j2",
     "GIT_SHA=3f2b8c1e9a4d4c2b8e1f0a1b2c3d4e5f6a7b8c9d",  # a digest under a name that says so
+    "ERROR auth refresh_token: KeyError: exp",  # an exception's name in a log line
     "export imageDigest=4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b",
     # settings about a secret, not the secret: numbers, header names, addresses, calls
     "MAX_TOKEN_LENGTH=4096", "TOKEN_BUDGET=1200", "PASSWORD_RESET_TIMEOUT=3600", "token_limit = 8192",

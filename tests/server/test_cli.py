@@ -251,3 +251,24 @@ def test_escape_sequences_in_memory_are_shown_not_sent_to_the_terminal(home, tmp
     assert "red\\u000dover\r\nnext\tcol" in shown[1]  # show keeps the text as stored: CRLF and tab too
     assert main(["show", "t1", "--project", "esc", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["text"] == text
+
+
+def test_a_command_stopped_by_ctrl_c_leaves_its_embedding_to_the_next_process(caplog):
+    """^C during `import` used to embed the project's whole backlog in the foreground first."""
+    from agentmemrec.server.cli.common import embed_written
+    embedded = []
+
+    class Written:
+        def pending_written(self):
+            return {"p": 5}
+
+        def embed_written(self, projects, progress):
+            embedded.append(projects)
+
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:  # as when close() runs in the command's `finally` on the way out
+        embed_written(Written())
+    assert embedded == [] and "5 units wait to be embedded" in caplog.text
+    embed_written(Written())
+    assert embedded == [["p"]]
