@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,8 +21,15 @@ def check_store_url(url: str, name: str = STORE_SETTING) -> str:
     if not isinstance(url, str) or urlsplit(url).scheme not in SCHEMES:
         unset = "; leave it unset for the embedded DuckDB store in the home" if name == STORE_SETTING else ""
         raise InputError(f"{name} must be a PostgreSQL URL such as "
-                         f"postgresql://user:password@host:5432/agentmemrec, not {url!r}{unset}")
+                         f"postgresql://user:password@host:5432/agentmemrec, not {_masked(url)!r}{unset}")
     return url
+
+
+def _masked(setting: object) -> str:
+    """A store setting as a message may repeat it: a URL's password, and one given libpq's
+    `key=value` way (`host=db password=SECRET`, quoted or not), become ***."""
+    text = re.sub(r"//([^:/@\s]*):[^@/\s]*@", r"//\1:***@", str(setting))
+    return re.sub(r"(?i)\b(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)", r"\1***", text)
 
 
 def open_store(home: Path, url: str | None = None) -> Store:
