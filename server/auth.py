@@ -58,7 +58,9 @@ class StoreTokenVerifier:
             log.error("cannot check a bearer token: %s", exc)
             if digest in self._accepted:
                 return self._accepted[digest]
-            raise TokenUncheckable(f"the memory store cannot be reached to check this token ({exc}); "
+            # the details (the store's path or host, the database's error) are for the log only:
+            # whoever sent this request may hold no token at all
+            raise TokenUncheckable("the memory store cannot be reached to check this token; "
                                    "try again shortly") from exc
         if principal is None:
             self._accepted.pop(digest, None)
