@@ -142,13 +142,12 @@ def _list(home: Path) -> int:
 
 
 def serve_models(home: Path, host: str, port: int, device: str, rerank_tokens: int | None) -> int:
-    import uvicorn  # noqa: PLC0415
-
     from agentmemrec.ranking.loading import serving_models  # noqa: PLC0415
+    from agentmemrec.server.http_limits import serve_http  # noqa: PLC0415
     from agentmemrec.server.inference import inference_app  # noqa: PLC0415
     embedder, reranker = serving_models(home, device, rerank_tokens)
     for model in (embedder, reranker):
         if model is not None:
             emit(f"serving {model.manifest.role} {model.identity} on {model.device}")
-    uvicorn.run(inference_app(embedder, reranker), host=host, port=port, log_level="info")
+    serve_http(inference_app(embedder, reranker), host, port)
     return 0

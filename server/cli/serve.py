@@ -98,10 +98,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = create_server(settings)
     long_lived_collector()
     if args.http:
+        from agentmemrec.server.http_limits import serve_http  # noqa: PLC0415
         # on a PostgreSQL store a replica keeps no session state, so any replica may take any
         # request (a load balancer needs no sticky sessions)
-        server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
-                   max_request_body_size=settings.max_request_bytes)
+        app = server.streamable_http_app(stateless_http=settings.store is not None,
+                                         max_request_body_size=settings.max_request_bytes, host=args.host)
+        serve_http(app, args.host, args.port, server.settings.log_level.lower())
     else:
         server.run("stdio")
     return 0
