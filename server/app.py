@@ -23,6 +23,7 @@ from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
 from agentmemrec.server.auth import StoreTokenVerifier, auth_settings, principal_access, store_unavailable
+from agentmemrec.server.auth import warn_without_tokens
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
     DEFAULT_BUDGET,
@@ -154,6 +155,8 @@ def create_server(settings: Settings) -> MCPServer:
                  "this process owns it" if shared.is_owner else "another process owns it",
                  "access by bearer token" if settings.http else
                  f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
+        if settings.http:
+            await warn_without_tokens(shared)
         try:
             async with background_sources(settings, shared):  # watched notes, captured sessions
                 yield shared

@@ -75,6 +75,17 @@ class StoreTokenVerifier:
         return access
 
 
+async def warn_without_tokens(memory: SharedMemory) -> None:
+    """At startup: a store without tokens refuses every request with 401, silently otherwise."""
+    try:
+        tokens = await anyio.to_thread.run_sync(memory.call, "tokens.list")
+    except StoreError:
+        return  # the store's own error is logged where a request meets it
+    if not tokens:
+        log.warning("this store holds no bearer tokens, so every request gets 401; add one with "
+                    "`agentmemrec tokens add NAME --projects P` (it prints the secret to send)")
+
+
 class TokenUncheckable(AuthenticationError):
     """A token this process has not accepted before, while the store cannot be read."""
 

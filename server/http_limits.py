@@ -13,6 +13,7 @@ Exposure beyond a trusted network still wants a reverse proxy (docs/team.md).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import resource
 import time
@@ -28,6 +29,7 @@ MAX_HEADER_BYTES = 64 * 1024
 SHUTDOWN_S = 10
 MAX_CONNECTIONS = 1000
 BACKLOG = 128  # connections asyncio accepts at a time, before any is closed for the cap
+log = logging.getLogger("agentmemrec")
 OVERLOAD_MESSAGES = ("socket.accept() out of system resource", "Exceeded concurrency limit.",
                      "Invalid HTTP request received.")
 
@@ -95,6 +97,22 @@ class OncePerMinute(logging.Filter):
         record.msg, record.args = message + (f" ({dropped} more in the last minute)" if dropped else ""), ()
         record.exc_info = record.exc_text = None
         return True
+
+
+def warn_if_exposed(host: str, what: str, authenticated: bool = True) -> None:
+    """Off the loopback interface, say that traffic is plain HTTP (and, for a server without
+    authentication, that anyone who reaches it may use it)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        loopback = False
+    if loopback:
+        return
+    log.warning("%s listens on %s over plain HTTP: tokens and memory cross the network unencrypted; "
+                "beyond a trusted network put a reverse proxy with TLS in front (docs/team.md)", what, host)
+    if not authenticated:
+        log.warning("%s has no token: anyone who reaches %s may use it; start it with --token-file or "
+                    "AGENTMEMREC_INFERENCE_TOKEN, or bind it to a trusted network only", what, host)
 
 
 def http_config(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Config:

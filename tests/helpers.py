@@ -59,7 +59,7 @@ async def serving(home: Path, args: list[str], url: str) -> AsyncIterator[Server
         async def read_log() -> None:
             async for chunk in proc.stderr:
                 server.log.extend(chunk.decode().splitlines())
-                if any("Uvicorn running on http://127.0.0.1:" in line for line in server.log):
+                if any("Uvicorn running on http://" in line for line in server.log):
                     ready.set()
 
         async with anyio.create_task_group() as tg:

@@ -162,11 +162,12 @@ def _read_token(path: Path) -> str:
 def serve_models(home: Path, host: str, port: int, device: str, rerank_tokens: int | None,
                  max_request_bytes: int = MAX_REQUEST_BYTES, token: str | None = None) -> int:
     from agentmemrec.ranking.loading import serving_models  # noqa: PLC0415
-    from agentmemrec.server.http_limits import serve_http  # noqa: PLC0415
+    from agentmemrec.server.http_limits import serve_http, warn_if_exposed  # noqa: PLC0415
     from agentmemrec.server.inference import inference_app  # noqa: PLC0415
     embedder, reranker = serving_models(home, device, rerank_tokens)
     for model in (embedder, reranker):
         if model is not None:
             emit(f"serving {model.manifest.role} {model.identity} on {model.device}")
+    warn_if_exposed(host, "models serve", authenticated=token is not None)
     serve_http(inference_app(embedder, reranker, max_request_bytes, token), host, port)
     return 0

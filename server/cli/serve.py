@@ -98,7 +98,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = create_server(settings)
     long_lived_collector()
     if args.http:
-        from agentmemrec.server.http_limits import serve_http  # noqa: PLC0415
+        from agentmemrec.server.http_limits import serve_http, warn_if_exposed  # noqa: PLC0415
+        warn_if_exposed(args.host, "serve --http")
         # on a PostgreSQL store a replica keeps no session state, so any replica may take any
         # request (a load balancer needs no sticky sessions)
         app = server.streamable_http_app(stateless_http=settings.store is not None,
