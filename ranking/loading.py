@@ -19,23 +19,25 @@ from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker
 
 
 def open_models(home: Path, device: str, path: Path | None, rerank_limit: int | None = None,
-                inference: str | None = None) -> tuple[Embedder | None, Ranker, list[str]]:
+                inference: str | None = None, token: str | None = None
+                ) -> tuple[Embedder | None, Ranker, list[str]]:
     """The embedder and the ranker, with the models of the inference servers `inference` names
-    (comma-separated) instead of the home's, and what is degraded (said in every explanation)."""
-    served, problems = _connect(home, inference) if inference else (None, [])
+    (comma-separated, sent `token`) instead of the home's, and what is degraded (said in every
+    explanation)."""
+    served, problems = _connect(home, inference, token) if inference else (None, [])
     embedder, embedder_problems = open_embedder(home, device, served)
     ranker, ranker_problems = load_ranker(home, device, path, embedder, rerank_limit, served)
     return embedder, ranker, problems + embedder_problems + ranker_problems
 
 
-def _connect(home: Path, urls: str) -> tuple[dict[str, Served], list[str]]:
+def _connect(home: Path, urls: str, token: str | None) -> tuple[dict[str, Served], list[str]]:
     """The served models this home may use; none if its own cannot be read to check them against."""
     try:
         installed = active(home)
     except StoreError as exc:
         return {}, [f"models under {home} unreadable ({exc}): the inference servers' models cannot be "
                     "checked against them, so none is used; candidates come from BM25 only"]
-    return connect(urls, installed)
+    return connect(urls, installed, token)
 
 
 def open_embedder(home: Path, device: str, served: dict[str, Served] | None = None

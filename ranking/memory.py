@@ -97,16 +97,18 @@ class Memory:
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
              background: bool = True, ranker_model: Path | None = None, redact: bool = True,
              rerank_limit: int | None = None, store_url: str | None = None,
-             index_memory: int | None = INDEX_MEMORY, inference: str | None = None) -> "Memory":
+             index_memory: int | None = INDEX_MEMORY, inference: str | None = None,
+             inference_token: str | None = None) -> "Memory":
         """The store (the home's DuckDB file, or the PostgreSQL database `store_url` names), its
         derived indexes and the active models under `home`, or those of the inference servers
-        `inference` names. A missing or broken model degrades (to lexical retrieval, to fusion
+        `inference` names (sent `inference_token`, if any). A missing or broken model degrades (to lexical retrieval, to fusion
         order), logged once and stated in every explanation. `index_memory` bounds what each
         derived index keeps of projects' snapshots (bytes)."""
         store = open_store(home, store_url)
         bm25_dir = store.index_dir / "bm25" if store.index_dir else None
         channels: list[Channel] = [Bm25Channel(LexicalIndex(store, bm25_dir, index_memory))]
-        embedder, ranker, problems = open_models(home, device, ranker_model, rerank_limit, inference)
+        embedder, ranker, problems = open_models(home, device, ranker_model, rerank_limit, inference,
+                                                 inference_token)
         dense = DenseIndex(store, embedder, index_memory) if embedder else None
         worker = EmbeddingWorker(dense.vectors, embedder).start() if dense and background else None
         if dense is not None:

@@ -34,6 +34,7 @@ from agentmemrec.server.auth import (
     auth_settings,
     principal_access,
     store_unavailable,
+    warn_without_tokens,
 )
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
@@ -218,6 +219,8 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
             where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", settings.store) if settings.store else settings.home
             log.info("memory store in %s (%s); %s", where, state, "access by bearer token" if settings.http else
                      f"project {settings.project}; allowed {','.join(sorted(settings.allowed))}")
+            if settings.http:
+                await warn_without_tokens(shared)
             try:
                 async with background_sources(settings, shared):  # watched notes, captured sessions
                     yield shared

@@ -62,7 +62,9 @@ class StoreTokenVerifier:
             log.error("cannot check a bearer token: %s", exc)
             if digest in self._accepted:
                 return self._accepted[digest]
-            raise TokenUncheckable(f"the memory store cannot be reached to check this token ({exc}); "
+            # the details (the store's path or host, the database's error) are for the log only:
+            # whoever sent this request may hold no token at all
+            raise TokenUncheckable("the memory store cannot be reached to check this token; "
                                    "try again shortly") from exc
         if principal is None:
             self._accepted.pop(digest, None)
@@ -75,6 +77,17 @@ class StoreTokenVerifier:
         if len(self._accepted) > ACCEPTED_KEPT:
             self._accepted.popitem(last=False)
         return access
+
+
+async def warn_without_tokens(memory: SharedMemory) -> None:
+    """At startup: a store without tokens refuses every request with 401, silently otherwise."""
+    try:
+        tokens = await anyio.to_thread.run_sync(memory.call, "tokens.list")
+    except StoreError:
+        return  # the store's own error is logged where a request meets it
+    if not tokens:
+        log.warning("this store holds no bearer tokens, so every request gets 401; add one with "
+                    "`agentmemrec tokens add NAME --projects P` (it prints the secret to send)")
 
 
 class TokenUncheckable(AuthenticationError):

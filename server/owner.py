@@ -253,10 +253,10 @@ def shared_memory(settings: Settings, one_shot: bool = False,
     config = RecallConfig(pool_size=settings.pool_size)
 
     def opener() -> Memory:
-        memory = Memory.open(settings.home, config, settings.device, background=False,
-                             ranker_model=settings.ranker_model, redact=settings.redact,
-                             rerank_limit=settings.rerank_limit, store_url=settings.store,
-                             index_memory=settings.index_memory_mib << 20, inference=settings.inference)
+        memory = Memory.open(settings.home, config, settings.device, background=False, redact=settings.redact,
+                             ranker_model=settings.ranker_model, rerank_limit=settings.rerank_limit,
+                             store_url=settings.store, index_memory=settings.index_memory_mib << 20,
+                             inference=settings.inference, inference_token=settings.inference_token)
         if one_shot:
             return memory
         memory.start_embedding(warm=settings.project)  # its indexes load first; the backfill follows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +20,7 @@ from agentmemrec.server.owner_socket import STORE_ENV, default_home
 
 VERSION = version("agentmemrec")
 INFERENCE_ENV = "AGENTMEMREC_INFERENCE"  # inference server URLs: models run there, not here
+INFERENCE_TOKEN_ENV = "AGENTMEMREC_INFERENCE_TOKEN"  # the bearer token `models serve` wants, sent to it
 COMPILE_ENV = "AGENTMEMREC_COMPILE_RANKER"  # 0: the ranker's boosters are never compiled (LightGBM predicts)
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # an HTTP request body; a full batch of large items is split
 
@@ -53,6 +54,7 @@ class Settings:
     home: Path
     store: str | None = None  # a PostgreSQL URL; None: the DuckDB file in the home
     inference: str | None = None  # inference server URLs (comma-separated); None: the home's models
+    inference_token: str | None = field(default=None, repr=False)  # sent to them as a bearer token
     project: str = "default"
     allowed: frozenset[str] = frozenset({"default"})
     pool_size: int = DEFAULT_POOL
@@ -85,6 +87,7 @@ class Settings:
         store = extra.pop("store", None) or env.get(STORE_ENV) or None
         inference = extra.pop("inference", None) or env.get(INFERENCE_ENV) or None
         extra.setdefault("compile_ranker", env.get(COMPILE_ENV, "1") != "0")
+        extra.setdefault("inference_token", env.get(INFERENCE_TOKEN_ENV) or None)
         return cls(home=default_home(env), store=check_store_url(store) if store else None,  # type: ignore[arg-type]
                    inference=inference, project=project, allowed=allowed, **extra)
 

@@ -145,6 +145,9 @@ def open_session(path: str | os.PathLike[str], device: str = "auto", threads: in
     # registered plugin EP device found for 'CUDAExecutionProvider'") although the session runs on
     # the GPU; errors (CUDA or cuDNN libraries that fail to load) still show.
     ort.set_default_logger_severity(3)
+    # ONNX Runtime queues usage telemetry (a 1DS event store under ~/.cache/Microsoft) unless told
+    # not to; a memory server has no business reporting home
+    ort.disable_telemetry_events()
     try:
         return ort.InferenceSession(str(path), sess_options=session_options(resolved, threads),
                                     providers=providers)

@@ -9,14 +9,16 @@ models, both roles on one server, and names each by the identity its vectors rec
 `agentmemrec` key of `/info`. One GPU machine so serves many CPU replicas.
 
 Identity is checked, never assumed: a served model that is not the one this home has installed
-for its role is refused, so vectors of two models are never mixed.
+for its role is refused, so vectors of two models are never mixed. A server started with a token
+wants it as a bearer token on every request; a request carries at most MAX_BODY_BYTES of text
+(TEI refuses a body over 2 MB by default, `models serve` over its --max-request-bytes).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import httpx2
@@ -30,6 +32,7 @@ TIMEOUT_S = 60.0  # a batch of 256 long texts on a busy CPU server
 # without its models rather than wait out a batch's timeout for a host that is gone
 CONNECT_TIMEOUT_S = 5.0
 CLIENT_BATCH = 32  # TEI's default max_client_batch_size
+MAX_BODY_BYTES = 1 << 20  # of texts per request (a longer text goes alone)
 
 log = logging.getLogger(__name__)
 _DOWN: set[str] = set()  # the servers that did not answer the last request a recall's model sent them
@@ -57,6 +60,7 @@ class Served:
     batch: int = CLIENT_BATCH
     max_tokens: int | None = None  # where the server cuts a text (a reranker: a pair)
     query_instruction: str = ""  # an embedder's, as our server names it (a TEI server applies its own prompts)
+    token: str | None = field(default=None, repr=False)  # the server's bearer token
 
 
 class InferenceClient:
@@ -64,10 +68,11 @@ class InferenceClient:
     it did not answer. The clients of a memory's models (`role` given) log once when their server
     stops answering and once when it answers again, not at every request in between."""
 
-    def __init__(self, url: str, role: str | None = None) -> None:
+    def __init__(self, url: str, role: str | None = None, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.role = role
-        self._http = httpx2.Client(timeout=httpx2.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        self._http = httpx2.Client(timeout=httpx2.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+                                   headers={"Authorization": f"Bearer {token}"} if token else None)
         self._lock = threading.Lock()
 
     def get(self, path: str) -> Any:
@@ -99,15 +104,15 @@ class InferenceClient:
         return changed
 
 
-def served_models(url: str) -> list[Served]:
+def served_models(url: str, token: str | None = None) -> list[Served]:
     """What the server at `url` runs, from its /info (ours names both roles; TEI's one model)."""
-    client = InferenceClient(url)
+    client = InferenceClient(url, token=token)
     info = client.get("/info")
     ours = info.get("agentmemrec")
     if isinstance(ours, dict):
         return [Served(url, role, m["identity"], m.get("device", "remote"), m.get("dim"),
                        int(info.get("max_client_batch_size") or CLIENT_BATCH), m.get("max_tokens"),
-                       m.get("query_instruction") or "")
+                       m.get("query_instruction") or "", token)
                 for role, m in ours.items() if isinstance(m, dict)]
     kind = info.get("model_type") or {}
     role = "reranker" if "reranker" in kind else "embedder" if "embedding" in kind else None
@@ -116,7 +121,7 @@ def served_models(url: str) -> list[Served]:
     sha = str(info.get("model_sha") or "")
     identity = f"{info.get('model_id')}@{sha[:12]}" if sha else str(info.get("model_id"))
     return [Served(url, role, identity, "remote", None, int(info.get("max_client_batch_size") or CLIENT_BATCH),
-                   info.get("max_input_length"))]
+                   info.get("max_input_length"), token=token)]
 
 
 def check_identity(model: Served, installed: Manifest | None) -> str | None:
@@ -128,14 +133,15 @@ def check_identity(model: Served, installed: Manifest | None) -> str | None:
             f"model there, or install it here with agentmemrec models install)")
 
 
-def connect(urls: str, installed: dict[str, Manifest | None]) -> tuple[dict[str, Served], list[str]]:
+def connect(urls: str, installed: dict[str, Manifest | None], token: str | None = None
+            ) -> tuple[dict[str, Served], list[str]]:
     """The models the servers at `urls` (comma-separated) may be used for, by role, and why any
     other was refused. A role this home has a model for must be served with that very model."""
     usable: dict[str, Served] = {}
     problems: list[str] = []
     for url in filter(None, (u.strip() for u in urls.split(","))):
         try:
-            served = served_models(url)
+            served = served_models(url, token)
         except StoreError as exc:
             problems.append(str(exc))
             continue
@@ -148,11 +154,24 @@ def connect(urls: str, installed: dict[str, Manifest | None]) -> tuple[dict[str,
     return usable, problems
 
 
+def request_slices(texts: Sequence[str], batch: int, fixed: int = 0) -> list[tuple[int, int]]:
+    """[start, end) runs of at most `batch` texts and MAX_BODY_BYTES of text with `fixed` (a
+    query sent with each); a text over that goes alone."""
+    slices, start, size = [], 0, fixed
+    for i, text in enumerate(texts):
+        n = len(text.encode())
+        if i > start and (i - start == batch or size + n > MAX_BODY_BYTES):
+            slices.append((start, i))
+            start, size = i, fixed
+        size += n
+    return slices + ([(start, len(texts))] if start < len(texts) else [])
+
+
 class RemoteEmbedder:
     """The `Embedder` protocol over POST /embed."""
 
     def __init__(self, model: Served) -> None:
-        self.client, self.batch = InferenceClient(model.url, "embedder"), model.batch
+        self.client, self.batch = InferenceClient(model.url, "embedder", model.token), model.batch
         self.identity, self.device, self.query_instruction = model.identity, model.device, model.query_instruction
         self.dim = model.dim or len(self._embed(["dimension probe"])[0])
 
@@ -161,9 +180,9 @@ class RemoteEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), self.batch):
-            rows = np.asarray(self._embed(texts[start:start + self.batch]), dtype=np.float32)
-            if rows.shape != (min(self.batch, len(texts) - start), self.dim):
+        for start, end in request_slices(texts, self.batch):
+            rows = np.asarray(self._embed(texts[start:end]), dtype=np.float32)
+            if rows.shape != (end - start, self.dim):
                 raise StoreError(f"the inference server at {self.client.url} returned vectors of shape "
                                  f"{rows.shape} for {self.identity} (dim {self.dim})")
             out[start:start + len(rows)] = rows
@@ -174,14 +193,14 @@ class RemoteReranker:
     """The `Reranker` protocol over POST /rerank: raw logits, as the local cross-encoder gives."""
 
     def __init__(self, model: Served, limit: int) -> None:
-        self.client, self.batch = InferenceClient(model.url, "cross-encoder"), model.batch
+        self.client, self.batch = InferenceClient(model.url, "cross-encoder", model.token), model.batch
         self.identity, self.device, self.limit = model.identity, model.device, limit
         self.max_tokens = model.max_tokens  # the server's: a client cannot cut pairs without the tokenizer
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros(len(texts), dtype=np.float32)
-        for start in range(0, len(texts), self.batch):
-            part = list(texts[start:start + self.batch])
+        for start, end in request_slices(texts, self.batch, len(query.encode())):
+            part = list(texts[start:end])
             for hit in self.client.post("/rerank", {"query": query, "texts": part, "raw_scores": True,
                                                     "truncate": True, "return_text": False}):
                 out[start + int(hit["index"])] = float(hit["score"])

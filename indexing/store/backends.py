@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib.util import find_spec
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +25,7 @@ def check_store_url(url: str, name: str = STORE_SETTING) -> str:
     if not isinstance(url, str) or urlsplit(url).scheme not in SCHEMES:
         unset = "; leave it unset for the embedded DuckDB store in the home" if name == STORE_SETTING else ""
         raise InputError(f"{name} must be a PostgreSQL URL such as "
-                         f"postgresql://user:password@host:5432/agentmemrec, not {url!r}{unset}")
+                         f"postgresql://user:password@host:5432/agentmemrec, not {_masked(url)!r}{unset}")
     missing = [module for module in TEAM_MODULES if find_spec(module) is None]
     if missing:
         raise InputError(f"{name} names a PostgreSQL store, which needs the team extra ({', '.join(missing)} "
@@ -40,6 +41,13 @@ def postgres_backend() -> ModuleType:
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"the PostgreSQL store needs the team extra ({cause}): {TEAM_EXTRA}") from None
     return postgres_store
+
+
+def _masked(setting: object) -> str:
+    """A store setting as a message may repeat it: a URL's password, and one given libpq's
+    `key=value` way (`host=db password=SECRET`, quoted or not), become ***."""
+    text = re.sub(r"//([^:/@\s]*):[^@/\s]*@", r"//\1:***@", str(setting))
+    return re.sub(r"(?i)\b(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)", r"\1***", text)
 
 
 def open_store(home: Path, url: str | None = None) -> Store:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentmemrec.indexing.errors import InputError
-from agentmemrec.server.cli.common import device_arg
+from agentmemrec.server.cli.common import at_least, device_arg
 from agentmemrec.server.console import emit
-from agentmemrec.server.settings import Settings
+from agentmemrec.server.settings import MAX_REQUEST_BYTES, Settings
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -43,6 +43,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                         "API (/embed, /rerank, /info), for replicas started with --inference URL")
     s.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1 only)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    s.add_argument("--max-request-bytes", type=at_least(1), default=MAX_REQUEST_BYTES,
+                   help="largest request body accepted (default: 16 MiB); larger ones get 413")
+    s.add_argument("--token-file", type=Path, default=None, help="a file holding the bearer token every "
+                   "request must carry (default: $AGENTMEMREC_INFERENCE_TOKEN; none: anyone who reaches the "
+                   "port may use the models); clients send their $AGENTMEMREC_INFERENCE_TOKEN")
     s.add_argument("--rerank-tokens", type=int, default=None, help="where each (query, text) pair is cut for "
                    "the cross-encoder (default: what the shipped ranker for these models was trained with)")
     device_arg(s)
@@ -51,9 +56,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from agentmemrec.indexing.dense import models  # noqa: PLC0415
-    home = Settings.load().home
+    settings = Settings.load()
+    home = settings.home
     if args.models_command == "serve":
-        return serve_models(home, args.host, args.port, args.device, args.rerank_tokens)
+        token = _read_token(args.token_file) if args.token_file else settings.inference_token
+        return serve_models(home, args.host, args.port, args.device, args.rerank_tokens,
+                            args.max_request_bytes, token)
     if args.models_command == "install":
         return _install(home, args)
     if args.models_command == "deactivate":
@@ -141,14 +149,25 @@ def _list(home: Path) -> int:
     return 0
 
 
-def serve_models(home: Path, host: str, port: int, device: str, rerank_tokens: int | None) -> int:
-    import uvicorn  # noqa: PLC0415
+def _read_token(path: Path) -> str:
+    try:
+        token = path.expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the token file {path}: {exc}") from exc
+    if not token or any(c.isspace() for c in token):
+        raise InputError(f"{path} must hold one token, a single word without spaces")
+    return token
 
+
+def serve_models(home: Path, host: str, port: int, device: str, rerank_tokens: int | None,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, token: str | None = None) -> int:
     from agentmemrec.ranking.loading import serving_models  # noqa: PLC0415
+    from agentmemrec.server.http_limits import serve_http, warn_if_exposed  # noqa: PLC0415
     from agentmemrec.server.inference import inference_app  # noqa: PLC0415
     embedder, reranker = serving_models(home, device, rerank_tokens)
     for model in (embedder, reranker):
         if model is not None:
             emit(f"serving {model.manifest.role} {model.identity} on {model.device}")
-    uvicorn.run(inference_app(embedder, reranker), host=host, port=port, log_level="info")
+    warn_if_exposed(host, "models serve", authenticated=token is not None)
+    serve_http(inference_app(embedder, reranker, max_request_bytes, token), host, port)
     return 0

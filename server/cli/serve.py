@@ -109,14 +109,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     long_lived_collector()
     if args.http:
         from uvicorn.config import LOGGING_CONFIG  # noqa: PLC0415
-        # uvicorn writes its access log to stdout: every log line goes to stderr. The SDK builds
-        # uvicorn's Config with the default dictionary, so the change is made there.
+
+        from agentmemrec.server.http_limits import serve_http  # noqa: PLC0415
+        # uvicorn writes its access log to stdout: every log line goes to stderr (uvicorn's Config
+        # reads this default dictionary)
         LOGGING_CONFIG["handlers"]["access"]["stream"] = "ext://sys.stderr"
+        # on a PostgreSQL store a replica keeps no session state, so any replica may take any
+        # request (a load balancer needs no sticky sessions)
+        app = server.streamable_http_app(stateless_http=settings.store is not None,
+                                         max_request_body_size=settings.max_request_bytes, host=args.host)
         try:
-            # on a PostgreSQL store a replica keeps no session state, so any replica may take any
-            # request (a load balancer needs no sticky sessions)
-            server.run("streamable-http", host=args.host, port=args.port, stateless_http=settings.store is not None,
-                       max_request_body_size=settings.max_request_bytes)
+            serve_http(app, args.host, args.port, server.settings.log_level.lower())
         except KeyboardInterrupt:  # uvicorn shut down and closed the store, then raised ^C again
             pass
     else:

@@ -37,6 +37,14 @@ def test_errors_name_the_command_line_flag_not_the_tool_argument(home, capsys):
     assert not home.exists()
 
 
+def test_a_refused_store_setting_never_repeats_its_password(home, capsys):
+    """libpq's `key=value` form was repeated whole, password included."""
+    _refused(["recall", "x", "--store", "host=db.internal user=app password=Hunter2secret"],
+             "not 'host=db.internal user=app password=***'", capsys)
+    _refused(["recall", "x", "--store", "mysql://app:Hunter2secret@db/memory"], "not 'mysql://app:***@db/memory'",
+             capsys)
+
+
 def test_a_digest_budget_out_of_range_is_refused_as_recalls_is(home, capsys):
     for budget in ("0", "-5", "200001"):
         _refused(["ls", "--decisions", "--project", "pay", "--budget", budget],

@@ -19,9 +19,10 @@ import pytest
 from agentmemrec.indexing.dense.backfill import embed_pending
 from agentmemrec.indexing.dense.embedder import OnnxEmbedder
 from agentmemrec.indexing.dense.models import active, models_dir, read_manifest
-from agentmemrec.indexing.dense.remote import RemoteEmbedder, RemoteReranker, connect, served_models
+from agentmemrec.indexing.dense.remote import RemoteEmbedder, RemoteReranker, connect, request_slices, served_models
 from agentmemrec.ranking.cross_encoder import OnnxReranker
 from agentmemrec.ranking.memory import Memory
+from agentmemrec.server.settings import Settings
 
 from helpers import SENTENCES, Server, free_port, serving
 
@@ -186,3 +187,42 @@ def test_a_home_whose_models_cannot_be_read_uses_no_served_model(tmp_path):
         assert memory.recall("p", "kafka").items
     finally:
         memory.close()
+
+
+async def test_models_serve_wants_its_token_and_refuses_bodies_it_should_not_read(reranker_home, tmp_path):
+    """It answered anyone, read a 200 MB body whole (5.2 GB), and 100,000 nested brackets gave a 500."""
+    home = link_models(tmp_path / "box", (reranker_home[0], "xlmr", "reranker"))
+    (tmp_path / "token").write_text("s3cret-inference-token\n")
+    async with models_server(home, "--token-file", str(tmp_path / "token"), "--max-request-bytes", "100000") as server:
+        url = server.url
+        async with httpx2.AsyncClient() as http:
+            assert (await http.get(f"{url}/info")).status_code == 401
+            assert (await http.post(f"{url}/rerank", json={"query": "q", "texts": ["t"]})).status_code == 401
+            assert (await http.get(f"{url}/health")).status_code == 200  # for a load balancer
+            auth = {"Authorization": "Bearer s3cret-inference-token"}
+            for body, status in ((b"{not json", 400), (b"[" * 40_000 + b"]" * 40_000, 400),
+                                 (b'{"query": "q", "texts": ["' + b"x" * 200_000 + b'"]}', 413)):
+                reply = await http.post(f"{url}/rerank", content=body, headers=auth)
+                assert reply.status_code == status, reply.text
+            assert "100000-byte limit" in reply.json()["error"]
+        served, problems = await anyio.to_thread.run_sync(connect, url, {}, "s3cret-inference-token")
+        assert problems == [] and "reranker" in served
+        scores = await anyio.to_thread.run_sync(RemoteReranker(served["reranker"], 24).score, "broker", SENTENCES)
+        assert len(scores) == len(SENTENCES)
+        unsent, problems = await anyio.to_thread.run_sync(connect, url, {})
+        assert unsent == {} and "401" in problems[0]
+        settings = Settings.load(env={"AGENTMEMREC_HOME": str(tmp_path / "replica"), "AGENTMEMREC_INFERENCE": url,
+                                      "AGENTMEMREC_INFERENCE_TOKEN": "s3cret-inference-token"})
+        assert "s3cret" not in repr(settings)
+        memory = await anyio.to_thread.run_sync(lambda: Memory.open(
+            settings.home, background=False, inference=settings.inference, inference_token=settings.inference_token))
+        memory.close()
+        assert not any("401" in p for p in memory.problems), memory.problems
+    assert not any("Traceback" in line for line in server.log)
+
+
+def test_a_client_splits_requests_that_would_be_over_a_servers_body_limit():
+    assert request_slices(["a"] * 70, 32) == [(0, 32), (32, 64), (64, 70)]
+    big = "x" * 600_000  # two would be over TEI's default 2 MB body with their JSON: one per request
+    assert request_slices([big, big, "y"], 32) == [(0, 1), (1, 3)]
+    assert request_slices([big], 32, fixed=600_000) == [(0, 1)]  # a text over the limit goes alone

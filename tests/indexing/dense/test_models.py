@@ -12,7 +12,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -216,3 +219,13 @@ def test_install_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
     assert main(["models", "install", str(tmp_path / "nowhere"), "--as", "embedder"]) == 2
     assert f"no such file or folder: {tmp_path / 'nowhere'}" in capsys.readouterr().err
     assert not (tmp_path / "models" / "active.json").exists()
+
+
+def test_running_a_model_queues_no_onnx_runtime_telemetry(reranker_home, tmp_path):
+    """ONNX Runtime kept a 1DS telemetry queue under ~/.cache/Microsoft from its import on."""
+    home, _ = reranker_home
+    code = ("from pathlib import Path; from agentmemrec.ranking.cross_encoder import OnnxReranker; "
+            f"print(OnnxReranker(Path({str(models_dir(home) / 'xlmr')!r}), 'cpu').score('q', ['t']))")
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    subprocess.run([sys.executable, "-c", code], env={**env, "HOME": str(tmp_path)}, check=True, capture_output=True)
+    assert not (tmp_path / ".cache" / "Microsoft").exists()
