@@ -110,7 +110,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http:
         from uvicorn.config import LOGGING_CONFIG  # noqa: PLC0415
 
-        from agentmemrec.server.http_limits import serve_http  # noqa: PLC0415
+        from agentmemrec.server.http_limits import serve_http, warn_if_exposed  # noqa: PLC0415
+        warn_if_exposed(args.host, "serve --http")
         # uvicorn writes its access log to stdout: every log line goes to stderr (uvicorn's Config
         # reads this default dictionary)
         LOGGING_CONFIG["handlers"]["access"]["stream"] = "ext://sys.stderr"
