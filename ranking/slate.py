@@ -171,7 +171,8 @@ def speaker_shown(unit: Unit) -> str:
     on a user turn) is shown with the role, so the slate cannot pass a user's words off as the
     assistant's."""
     who = quoted_if_markup(unit.speaker or unit.role or "")
-    if unit.role and who.strip().lower() in ROLES and who.strip().lower() != unit.role:
+    named = who.strip().lower()
+    if unit.role and named in ROLES and named != unit.role:
         return f"{who} (role {unit.role})"
     return who
 

@@ -44,18 +44,18 @@ def with_identifier_terms(text: str) -> str:
     return text + "\n" + " ".join(extra) if extra else text
 
 
-def tokenize(texts: list[str]) -> list[list[str]]:
+def _bm25s_tokenize(texts: list[str], return_ids: bool):  # noqa: ANN202 - bm25s's lists or Tokenized
     with _stem_lock:
-        return bm25s.tokenize([with_identifier_terms(t) for t in texts], lower=True,
-                              stopwords=TOKENIZER["stopwords"], stemmer=_stemmer, return_ids=False,
-                              show_progress=False)
+        return bm25s.tokenize([with_identifier_terms(t) for t in texts], lower=True, stopwords=TOKENIZER["stopwords"],
+                              stemmer=_stemmer, return_ids=return_ids, show_progress=False)
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    return _bm25s_tokenize(texts, return_ids=False)
 
 
 def _tokenize_ids(texts: list[str]) -> tuple[list[list[int]], dict[str, int]]:
-    with _stem_lock:
-        out = bm25s.tokenize([with_identifier_terms(t) for t in texts], lower=True,
-                             stopwords=TOKENIZER["stopwords"], stemmer=_stemmer, return_ids=True,
-                             show_progress=False)
+    out = _bm25s_tokenize(texts, return_ids=True)
     return out.ids, out.vocab
 
 
