@@ -71,7 +71,7 @@ def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 
                 log.warning("denied: token %r asked for project %r over the hook; allowed: %s",
                             token.client_id, reply["project"], ",".join(options["allowed"]))
             else:
-                log.debug("hook over HTTP: nothing for %s (%s)", reply["project"], reply["why"])
+                log.info("hook over HTTP: nothing added for project %s (%s)", reply["project"], reply["why"])
             return Response(status_code=200)
         return Response(hook_output(str(event.get("hook_event_name")), reply["context"]),
                         media_type="application/json")
