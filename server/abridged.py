@@ -1,4 +1,4 @@
-"""What `explain_selection` returns: an explanation a model can take whole.
+"""Tool results a model can take whole; above all what `explain_selection` returns.
 
 Claude Code refuses a tool result over 25,000 tokens (MAX_MCP_OUTPUT_TOKENS), and the whole pool
 with every feature is about 190,000 at 1,000 units. So the tool asks the core for the slate's items,
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from mcp.types import CallToolResult, TextContent
 
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.server.schema import Explanation
@@ -55,3 +57,23 @@ def brief(explanation: dict[str, Any]) -> dict[str, Any]:
 
 def _compact(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_result(data: dict[str, Any]) -> CallToolResult:
+    """A structured result whose text block is that JSON as `JSON.stringify` writes it, so every
+    client's model reads the same bytes (the SDK's own text block is indented: half again as long)."""
+    text = _compact(data)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def result_tokens(data: Any) -> int:
+    """The tokens of `data` as a client's model reads it (`JSON.stringify`)."""
+    return count_tokens(_compact(data))
+
+
+def cut_to(text: str, tokens: int) -> str:
+    """`text`'s start within about `tokens` tokens, marked as cut (BPE counts are not additive:
+    cut in proportion, with a margin, until it fits)."""
+    while text and count_tokens(text) > tokens:
+        text = text[: len(text) * max(tokens, 1) // count_tokens(text) * 9 // 10]
+    return text + "…"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 import re
@@ -18,7 +17,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ValidationError
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -27,7 +26,7 @@ from agentmemrec.indexing.errors import InputError, StoreError, StoreUnavailable
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
-from agentmemrec.server.abridged import brief
+from agentmemrec.server.abridged import brief, json_result
 from agentmemrec.server.auth import (
     OriginCheck,
     StoreTokenVerifier,
@@ -162,13 +161,6 @@ def tool_result(result: SlateResult) -> CallToolResult:
     is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
     comes only when asked for."""
     return json_result(result.model_dump(mode="json", exclude={"items"} if result.items is None else set()))
-
-
-def json_result(data: dict[str, Any]) -> CallToolResult:
-    """A structured result whose text block is that JSON as `JSON.stringify` writes it, so every
-    client's model reads the same bytes (the SDK's own text block is indented: half again as long)."""
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def stored(project: str, results: list[WriteResult]) -> RememberResult:

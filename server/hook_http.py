@@ -10,22 +10,25 @@ import logging
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.server.auth import StoreTokenVerifier, TokenUncheckable
-from agentmemrec.server.hook_process import hook_output
+from agentmemrec.server.hook_process import EVENT_FIELDS, hook_output
 from agentmemrec.server.owner import SharedMemory
 from agentmemrec.server.settings import Settings
 
 log = logging.getLogger("agentmemrec.hooks")
 PATH = "/hooks/claude-code"
+NOT_AN_EVENT = "the body is not a JSON object: send the Claude Code hook event as JSON; nothing was done\n"
 
 
 def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 - a Starlette endpoint
     """The endpoint. A request without an accepted token gets 401, a body over `--max-request-bytes`
-    413; any other failure an empty 200 (nothing added to the context), never an error that would
-    break the prompt. A project the token does not reach is logged as a denial, as a tool call's is."""
+    413, a body that is not a JSON object (nested past what the parser takes included) 400 (Claude
+    Code sends none: to it any non-2xx is a non-blocking error); any other failure an empty 200
+    (nothing added to the context), never an error that would break the prompt. A project the
+    token does not reach is logged as a denial, as a tool call's is."""
     verifier = StoreTokenVerifier(shared)
 
     async def endpoint(request: Request) -> Response:
@@ -52,8 +55,13 @@ def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 
                    "project_map": str(settings.project_map) if settings.project_map else None}
         try:
             event = json.loads(bytes(body))
-            if not isinstance(event, dict):
-                raise ValueError("the event is not a JSON object")
+        except (ValueError, RecursionError):
+            event = None
+        if not isinstance(event, dict):
+            log.warning("hook over HTTP refused a body that is not a JSON object")
+            return PlainTextResponse(NOT_AN_EVENT, status_code=400)
+        event = {k: event[k] for k in EVENT_FIELDS if isinstance(event.get(k), str)}  # as the hook process sends
+        try:
             reply = await anyio.to_thread.run_sync(shared.call, "hook", event, options)
         except (ValueError, InputError, StoreError) as exc:
             log.warning("hook over HTTP answered nothing: %s", exc)
@@ -63,7 +71,7 @@ def claude_code_hook(shared: SharedMemory, settings: Settings):  # noqa: ANN201 
                 log.warning("denied: token %r asked for project %r over the hook; allowed: %s",
                             token.client_id, reply["project"], ",".join(options["allowed"]))
             else:
-                log.debug("hook over HTTP: nothing for %s (%s)", reply["project"], reply["why"])
+                log.info("hook over HTTP: nothing added for project %s (%s)", reply["project"], reply["why"])
             return Response(status_code=200)
         return Response(hook_output(str(event.get("hook_event_name")), reply["context"]),
                         media_type="application/json")

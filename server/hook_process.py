@@ -7,8 +7,9 @@ never break a prompt:
 - it imports only the standard library (tests run it and look at `sys.modules`) and asks the
   process that owns the store, which has the models and indexes loaded, over its socket;
 - past `--deadline` seconds, on any error, and when no owner runs (it then starts one, detached,
-  for the next prompt) it prints nothing and exits 0; errors, and why an event got nothing, go to
-  `HOME/hook.log`, never stdout;
+  for the next prompt, logging to `HOME/owner.log`) it prints nothing and exits 0; every event
+  leaves one line in `HOME/hook.log` (what was added, or why nothing: never the prompt's text),
+  never on stdout;
 - stdout carries the hook JSON and nothing else.
 """
 
@@ -127,9 +128,13 @@ def _give_up(home: Path, why: str) -> None:
 
 
 def respond(args: argparse.Namespace, home: Path, data: bytes, started: float) -> str:
-    """The hook JSON for one event, or "" for none."""
+    """The hook JSON for one event, or "" for none; either way one line in hook.log says what was
+    done and why (the prompt's text is never logged)."""
     event = json.loads(data or b"null")
-    if not isinstance(event, dict) or event.get("hook_event_name") not in EVENTS:
+    name = event.get("hook_event_name") if isinstance(event, dict) else None
+    if name not in EVENTS:
+        log(home, f"{'event ' + ascii(name)[:80] if isinstance(event, dict) else 'an event that is not a JSON object'}"
+                  f": nothing added (the hook answers {' and '.join(EVENTS)} events)")
         return ""
     options = {"project": args.project, "budget": args.budget, "digest_budget": args.digest_budget,
                "project_map": str(args.project_map.expanduser().resolve()) if args.project_map else None}
@@ -137,40 +142,49 @@ def respond(args: argparse.Namespace, home: Path, data: bytes, started: float) -
     try:
         reply = ask(home, "hook", [fields, options], max(args.deadline - (time.monotonic() - started), 0.01))
     except NoOwner:
-        start_owner(home)
+        log(home, f"{name}: nothing added ({start_owner(home)})")
         return ""
     context = reply.get("context") or ""
+    where = f"{name} in project {reply.get('project')}"
     if not context:  # the reason, for whoever wonders why a prompt got no memory
-        log(home, f"{event['hook_event_name']} in project {reply.get('project')}: nothing added ({reply.get('why')})")
+        log(home, f"{where}: nothing added ({reply.get('why')})")
         return ""
     if len(context) > MAX_CONTEXT_CHARS:
-        log(home, f"{len(context)} characters of context would be cut by the client; lower --budget")
+        log(home, f"{where}: nothing added ({len(context)} characters of context would be cut by the client; "
+                  "lower --budget)")
         return ""
-    return hook_output(event["hook_event_name"], context)
+    log(home, f"{where}: added {len(context)} characters")
+    return hook_output(name, context)
 
 
 def hook_output(event_name: str, context: str) -> str:
     return json.dumps({"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": context}})
 
 
-def start_owner(home: Path) -> None:
+def start_owner(home: Path) -> str:
     """Start `agentmemrec owner` in its own session, so the next event finds the store open; it
-    leaves by itself after an hour without a call."""
+    leaves by itself after an hour without a call. It logs to HOME/owner.log (the last one's in
+    owner.log.1). Returns what happened, for the hook's log line."""
     import subprocess  # noqa: PLC0415 - only on the path that needs it
 
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     marker = home / "owner.starting"
     try:
-        if time.time() - marker.stat().st_mtime < STARTING_S:
-            return
+        since = time.time() - marker.stat().st_mtime
+        if since < STARTING_S:
+            return (f"the store's owner, started {since:.0f} s ago, is not answering yet; if this lasts, "
+                    f"see {home / 'owner.log'}")
     except FileNotFoundError:
         pass
     marker.touch()
-    with open(home / "hook.log", "ab") as errors:
+    path = home / "owner.log"
+    if path.exists():
+        path.replace(home / "owner.log.1")
+    with open(path, "ab") as errors:
         subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "owner", "--idle-exit",
                           str(OWNER_IDLE_EXIT_S)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=errors, start_new_session=True, env={**os.environ, HOME_ENV: str(home)})
-    log(home, "no process owned the store: started one for the next prompt")
+    return f"no process owned the store: started one for the next prompt, logging to {path}"
 
 
 def log(home: Path, message: str) -> None:

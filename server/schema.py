@@ -222,17 +222,44 @@ class UnitOut(BaseModel):
 
 class UnitResult(BaseModel):
     project: str
-    units: list[UnitOut] = Field(description="Every chunk of the item, in order")
+    units: list[UnitOut] = Field(description="The item's chunks from `from_chunk` on, in order, as many as "
+                                             "fit a result a client takes whole")
+    chunks_left_out: int = Field(0, description="Chunks after these, left out to keep the result under "
+                                                "20,000 tokens: `notes` says how to get them")
+    notes: list[str] = Field(default_factory=list, description="What was left out and how to get it")
+
+
+FromChunk = Annotated[int, Field(description="The first chunk to show (`chunk` in the units, 0 for the "
+                                             "item's start): to read on where a call left chunks out", ge=0)]
+WithDecisions = Annotated[bool, Field(
+    description="Also return `in_force` and `replaced`: each shown decision's id, ref, title, status, date, "
+                "links and whole size, for a program that reads them; the context already names each by #id")]
+
+
+class DecisionOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra=_flat)
+
+    id: int
+    ref: str | None
+    title: str | None
+    status: str | None = Field(description="superseded once a successor is adopted, else as written")
+    at: str
+    supersedes: int | None
+    superseded_by: int | None
+    tokens: int = Field(description="The whole record's size: what show_unit returns for it")
 
 
 class DecisionsResult(BaseModel):
     project: str
     context: str = Field(description="The digest to read: decisions in force, newest first, then "
                                      "the replaced ones as one line each")
-    in_force: list[UnitOut]
-    replaced: list[UnitOut]
-    left_out: int = Field(description="Decisions that did not fit the budget")
+    in_force: list[DecisionOut] | None = Field(None, description="Only with `with_items`: the decisions "
+                                                                 "in force the context shows, newest first")
+    replaced: list[DecisionOut] | None = Field(None, description="Only with `with_items`: the replaced "
+                                                                 "decisions the context shows")
+    left_out: int = Field(description="Decisions that did not fit the budget, not even by title")
     tokens_used: int
+    notes: list[str] = Field(default_factory=list, description="What was left out and how to see it")
 
 
 # ---- refused arguments, in plain words --------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`explain_selection` answers within what a client takes as a tool result; the command prints it all."""
+"""`explain_selection`, `decisions_in_force` and `show_unit` answer within what a client takes as a
+tool result (Claude Code: 25,000 tokens); the commands print it all."""
 
 from __future__ import annotations
 
@@ -65,3 +66,52 @@ async def test_a_small_slate_lists_its_items_and_the_best_ranked_others(client, 
     assert await anyio.to_thread.run_sync(main, ["explain", slate["slate_id"]]) == 0
     full = json.loads(capsys.readouterr().out)
     assert len(full["candidates"]) == 60 and "features" in full["candidates"][0]
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+async def test_decisions_in_force_of_many_long_decisions_fit_a_tool_result_and_say_what_was_left_out(client):
+    """Every shown decision came back whole in `in_force` too: 165,000 tokens at the default budget."""
+    rng = random.Random(2)
+    for start in range(0, 200, 50):
+        await call(client, "remember", items=[
+            {"kind": "decision", "ref": f"adr-{i:04d}", "title": f"Decision {i}: {_words(rng, 6)}",
+             "text": _words(rng, 1500), "at": f"2026-01-{1 + i % 28:02d}T00:00:00Z"} for i in range(start, start + 50)])
+    for budget in (2700, 20_000):
+        result = await client.call_tool("decisions_in_force", {"budget_tokens": budget})
+        assert not result.is_error and count_tokens(result.content[0].text) <= 20_000 + 100
+        assert "in_force" not in result.structured_content  # the records only when asked for
+    short = await call(client, "decisions_in_force")
+    assert short["left_out"] > 0 and "not even by title" in short["notes"][0] and "budget_tokens" in short["notes"][0]
+    listed = await call(client, "decisions_in_force", with_items=True)
+    assert [d["ref"] for d in listed["in_force"]][:2] == ["adr-0195", "adr-0167"]  # newest first
+    assert "text" not in listed["in_force"][0] and listed["in_force"][0]["tokens"] > 1000
+    msg = (await client.call_tool("decisions_in_force", {"budget_tokens": 20_000, "with_items": True})).content[0].text
+    assert "lower budget_tokens, or call without with_items" in msg
+
+
+async def test_show_unit_of_a_long_note_comes_in_parts_under_a_tool_results_limit(client):
+    rng = random.Random(3)
+    note = "# Runbook\n\n" + "\n\n".join(f"## Step {i}\n\n{_words(rng, 180)}" for i in range(90))
+    digits = " ".join(str(rng.getrandbits(40)) for _ in range(9000))[:120_000]  # one chunk, ~50,000 tokens
+    await call(client, "remember", items=[{"kind": "note", "path": "docs/runbook.md", "text": note},
+                                          {"kind": "decision", "ref": "ids", "text": digits}])
+    parts, start = [], 0
+    while True:
+        result = await client.call_tool("show_unit", {"ref": "docs/runbook.md", "from_chunk": start})
+        assert count_tokens(result.content[0].text) <= 20_000
+        part = result.structured_content
+        parts += part["units"]
+        if not part["chunks_left_out"]:
+            break
+        start = parts[-1]["chunk"] + 1
+        assert f"from_chunk={start}" in part["notes"][0]
+    assert len(parts) > part["units"][0]["chunk"] > 0 and [u["chunk"] for u in parts] == list(range(len(parts)))
+    assert {u["heading"] for u in parts} >= {f"Runbook > Step {i}" for i in range(90)}  # every step, once
+    cut = await client.call_tool("show_unit", {"ref": "ids"})
+    assert count_tokens(cut.content[0].text) <= 20_000 and cut.structured_content["units"][0]["text"].endswith("…")
+    assert "agentmemrec show" in cut.structured_content["notes"][0]
+    past = await client.call_tool("show_unit", {"ref": "ids", "from_chunk": 1})
+    assert past.is_error and "past the item's last chunk, 0" in past.content[0].text

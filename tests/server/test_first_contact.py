@@ -132,7 +132,7 @@ async def test_the_read_only_tools_show_projects_decisions_in_force_and_one_unit
     listed = await call(client, "list_projects")
     assert listed["projects"] == [{"project": "alpha", "units": 4, "turns": 0, "decisions": 2, "notes": 2},
                                   {"project": "beta", "units": 1, "turns": 1, "decisions": 0, "notes": 0}]
-    decisions = await call(client, "decisions_in_force")
+    decisions = await call(client, "decisions_in_force", with_items=True)
     assert [u["ref"] for u in decisions["in_force"]] == ["q-2"] and [u["ref"] for u in decisions["replaced"]] == ["q-1"]
     assert "decision (accepted, 2026-02-01): Queue. Use SQS." in decisions["context"]
     assert "decision replaced by #" in decisions["context"] and "Use RabbitMQ" not in decisions["context"]

@@ -108,6 +108,9 @@ def test_a_prompt_gets_what_its_folders_project_holds_and_never_another_projects
     assert "partitioned by merchant id" in context and "banner" not in context
     other = run_hook(home, event("UserPromptSubmit", repos["website"], prompt=prompt))
     assert "merchant id" not in other.stdout and "RabbitMQ" not in other.stdout
+    logged = (home / "hook.log").read_text()  # one line a prompt, what was added or why not; never the prompt
+    assert f"UserPromptSubmit in project payments: added {len(context)} characters" in logged
+    assert len(logged.splitlines()) == 2 and prompt not in logged
 
 
 def test_session_start_gets_the_decisions_in_force_newest_first(home, owner, repos):
@@ -220,7 +223,12 @@ def test_events_it_does_not_answer_and_broken_input_print_nothing(home, owner, r
     for payload in ("not json", "[1, 2]", event("PreToolUse", repos["payments"], tool_name="Bash"), ""):
         done = run_hook(home, payload)
         assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-    assert "JSONDecodeError" in (home / "hook.log").read_text()
+    logged = (home / "hook.log").read_text().splitlines()  # one line each, saying why nothing was added
+    assert len(logged) == 4 and "JSONDecodeError" in logged[0]
+    assert logged[1].endswith("hook: an event that is not a JSON object: nothing added (the hook answers "
+                              "SessionStart and UserPromptSubmit events)") and "not a JSON object" in logged[3]
+    assert logged[2].endswith("hook: event 'PreToolUse': nothing added (the hook answers SessionStart and "
+                              "UserPromptSubmit events)")
 
 
 def test_the_hook_process_imports_nothing_heavy(home, owner, repos):
@@ -274,14 +282,21 @@ async def test_with_no_owner_the_hook_starts_one_and_the_next_prompt_gets_contex
     ask = event("UserPromptSubmit", repos["payments"], prompt="how are payment events partitioned in Kafka?")
     first = run_hook(home, ask)
     assert (first.returncode, first.stdout) == (0, "")
-    assert "started one for the next prompt" in (home / "hook.log").read_text()
+    assert "started one for the next prompt, logging to" in (home / "hook.log").read_text()
+    runs = 1
     try:
         with anyio.fail_after(120):  # the owner opens the store in the background
             while not (done := await anyio.to_thread.run_sync(run_hook, home, ask)).stdout:
+                runs += 1
                 await anyio.sleep(0.2)
         assert "partitioned by merchant id" in context_of(done, "UserPromptSubmit")
     finally:
         stop_started_owner(home)
+    logged = (home / "hook.log").read_text().splitlines()  # every prompt, those during the start too
+    assert len(logged) == runs + 1 and all(" hook: " in line for line in logged), logged
+    assert all("is not answering yet" in line or "no answer within" in line for line in logged[1:-1]), logged
+    assert " hook: UserPromptSubmit in project payments: added" in logged[-1]
+    assert "owning the memory store" in (home / "owner.log").read_text()  # the owner's own log
 
 
 def stop_started_owner(home: Path) -> None:

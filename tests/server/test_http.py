@@ -110,10 +110,8 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
         assert "decision (accepted" in start.json()["hookSpecificOutput"]["additionalContext"]
         elsewhere = {**prompt, "cwd": "C:\\Users\\alice\\scratch"}  # no folder names a project: nothing
         assert (await http.post(url, json=elsewhere, headers={"Authorization": f"Bearer {alice}"})).content == b""
-        for body in (prompt, b"not json"):  # bob's only project holds nothing, and a broken event: nothing
-            other = await http.post(url, **({"json": body} if isinstance(body, dict) else {"content": body}),
-                                    headers={"Authorization": f"Bearer {bob}"})
-            assert (other.status_code, other.content) == (200, b"")
+        other = await http.post(url, json=prompt, headers={"Authorization": f"Bearer {bob}"})
+        assert (other.status_code, other.content) == (200, b"")  # bob's only project holds nothing
         other = await http.post(url + "?project=payments", json=prompt, headers={"Authorization": f"Bearer {bob}"})
         assert (other.status_code, other.content) == (200, b"")  # another token's project: nothing
         huge = {**prompt, "prompt": "x" * 70_000}  # over --max-request-bytes, as /mcp refuses it
@@ -121,6 +119,26 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
     assert any("denied: token 'bob' asked for project 'payments' over the hook" in line for line in server.log)
     assert any("no folder of 'C:\\\\Users\\\\alice\\\\scratch' names one of the token's projects (payments, ledger)"
                in line for line in server.log), server.log
+
+
+async def test_http_hook_refuses_a_body_that_is_not_a_json_object_and_stays_up(home, capsys):
+    secret = add_token(capsys, "alice", "payments")
+    auth = {"Authorization": f"Bearer {secret}"}
+    deep = 100_000
+    bodies = (b"[" * deep + b"]" * deep, b'{"a":' * deep + b"1" + b"}" * deep, b"not json", b"[]",
+              b'{"hook_event_name": "UserPromptSubmit", "prompt": ' + b"[" * deep + b"]" * deep + b"}")
+    async with http_server(home) as server, httpx2.AsyncClient(timeout=30) as http:
+        url = server.url.replace("/mcp", "/hooks/claude-code")
+        for body in bodies:
+            reply = await http.post(url, content=body, headers=auth)
+            assert reply.status_code == 400, (body[:20], reply.status_code)
+            assert reply.text.count("\n") == 1 and "not a JSON object" in reply.text
+        event = {"session_id": "s", "cwd": "/tmp", "hook_event_name": "UserPromptSubmit", "prompt": "payment events",
+                 "extra": [[[[]]]]}
+        assert (await http.post(url, json=event, headers=auth)).status_code == 200  # still healthy
+        async with mcp_client(server.url, secret) as client:
+            assert (await call(client, "list_projects"))["projects"][0]["units"] == 0  # nothing was written
+    assert not any("Traceback" in line for line in server.log), server.log
 
 
 def test_serve_http_on_a_port_in_use_is_refused_before_anything_starts(home, capsys):
