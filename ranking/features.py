@@ -2,8 +2,9 @@
 names are the contract with the model file.
 
 A feature whose source is missing (no embedder, cross-encoder not run on a candidate) is NaN,
-never 0, so LightGBM routes it down its learned missing-value branch (a unit without a session is
-a session of its own). Ranks are log-transformed, model scores normalised per query."""
+never 0, so LightGBM routes it down its learned missing-value branch. Ranks are log-transformed
+and model-dependent scores are normalised per query, so a model carries across embedders.
+"""
 
 from __future__ import annotations
 
