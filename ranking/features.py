@@ -320,8 +320,7 @@ def _session_best(rows: Rows, channel: str, ctx: QueryContext) -> np.ndarray:
     if channel not in ctx.channel_scores:
         return _missing(rows)
     best, beyond = ctx.session_best.get(channel, {}), ctx.depth + 1
-    own = (hit.rank if (hit := c.channels.get(channel)) else beyond for c in rows.pool)
-    return _log1p(r if u.session is None else best.get(u.session, beyond) for u, r in zip(rows.units, own))
+    return _log1p(NAN if u.session is None else best.get(u.session, beyond) for u in rows.units)
 
 
 def session_best_bm25_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
@@ -334,7 +333,7 @@ def session_best_dense_rank(rows: Rows, ctx: QueryContext) -> np.ndarray:
 
 def session_hits(rows: Rows, ctx: QueryContext) -> np.ndarray:
     count = ctx.session_count
-    return _log1p(0 if u.session is None else count[u.session] - 1 for u in rows.units)
+    return _log1p(NAN if u.session is None else count[u.session] - 1 for u in rows.units)
 
 
 def _neighbour_best(rows: Rows, channel: str, ctx: QueryContext, scale: float = 1.0) -> np.ndarray:
@@ -363,7 +362,7 @@ def _session_gap(rows: Rows, channel: str, ctx: QueryContext) -> np.ndarray:
     if scores is None:
         return _missing(rows)
     per = ctx.session_scores[channel]
-    return _column(NAN if u.id not in scores else 0.0 if u.session is None else scores[u.id] - per[u.session][0]
+    return _column(NAN if u.session is None or u.id not in scores else scores[u.id] - per[u.session][0]
                    for u in rows.units)
 
 
@@ -381,7 +380,7 @@ def dense_rank_in_session(rows: Rows, ctx: QueryContext) -> np.ndarray:
     if scores is None:
         return _missing(rows)
     per = ctx.session_scores["dense"]
-    return _log1p(NAN if u.id not in scores else 0 if u.session is None else sum(v > scores[u.id] for v in per[u.session])
+    return _log1p(NAN if u.session is None or u.id not in scores else sum(v > scores[u.id] for v in per[u.session])
                   for u in rows.units)
 
 

@@ -77,20 +77,6 @@ def test_context_and_session_features():
     assert math.isnan(rows[1]["pair_prev_dense_z"])  # a single value has no spread to scale by
 
 
-def test_a_unit_without_a_session_is_a_session_of_its_own():
-    """A decision or a note: its session features are its own ranks and scores, not missing
-    (missing sent every decision down the trees' favourable branch, whatever it matched)."""
-    pool = [cand(1, "Postgres advisory locks", 1, {"bm25": ChannelHit(1, 4.0), "dense": ChannelHit(2, 0.5)},
-                 session="s"),
-            cand(2, "Record architecture decisions", 2, {"dense": ChannelHit(40, 0.1)}, kind="decision",
-                 status="accepted")]
-    ctx = context(pool, {"bm25": {1: 4.0}, "dense": {1: 0.5, 2: 0.1}})
-    row = dict(zip(F.FEATURE_NAMES, F.feature_matrix(pool, ctx)[1]))
-    assert row["session_best_bm25_rank"] == row["bm25_rank"] == math.log1p(257)  # no BM25 hit
-    assert row["session_best_dense_rank"] == row["dense_rank"] == math.log1p(40)
-    assert row["session_hits"] == 0.0 and row["dense_gap_session"] == 0.0 and row["dense_rank_in_session"] == 0.0
-
-
 def test_question_and_text_cue_features():
     pool = [cand(1, "I finished two books last week, The Hobbit was great.", 1,
                  {"bm25": ChannelHit(1, 4.0), "dense": ChannelHit(2, 0.6)}, session="s"),
