@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.sources.transcripts import main_worktree
 
 Client = Literal["claude-code", "cursor", "claude-desktop"]
 CLIENTS: tuple[str, ...] = ("claude-code", "cursor", "claude-desktop")
@@ -136,6 +137,26 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
                 *([] if remove else _excluded(target.repo, PRIVATE["cursor"]))]
     path = desktop_config(target.user_dir, target.platform, {} if target.user_dir_given else None)
     return [_edit(path, lambda doc: _set_server(doc, entry))]
+
+
+def project_elsewhere(target: Target) -> Path | None:
+    """Another repository whose Claude Code server (in `~/.claude.json`) serves `target.project`:
+    two repositories named alike would share one memory. A linked worktree of the same repository
+    is the same repository; a folder that is no longer a repository is left out."""
+    try:
+        doc = json.loads((target.user_dir / ".claude.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or broken: setup's own edit says so
+        return None
+    projects = doc.get("projects") if isinstance(doc, dict) else None
+    for folder, part in projects.items() if isinstance(projects, dict) else ():
+        servers = part.get("mcpServers") if isinstance(part, dict) else None
+        entry = servers.get(NAME) if isinstance(servers, dict) else None
+        args = entry.get("args") if isinstance(entry, dict) else None
+        serves = isinstance(args, list) and ["--project", target.project] in (args[i:i + 2] for i in range(len(args)))
+        other = Path(folder)
+        if serves and (other / ".git").exists() and main_worktree(other) != main_worktree(target.repo):
+            return other
+    return None
 
 
 # The files setup writes into a repository hold absolute paths to this machine's install: kept out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +52,12 @@ def cmd_setup(args: argparse.Namespace) -> int:
     mapping = default_home().expanduser().resolve() / "project-map.json" if renamed else None
     target = clients.Target(args.client, (args.user_dir or Path.home()).expanduser(), repo, project, env=env,
                             watch=args.watch, project_map=mapping, user_dir_given=args.user_dir is not None)
+    elsewhere = None if args.project or not named or args.remove else clients.project_elsewhere(target)
+    if elsewhere is not None:
+        own = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{repo.parent.name}-{project}").strip("._-")
+        raise InputError(f"{elsewhere} is already set up for project {project}, the name of this repository too: "
+                         f"the two would share one memory. Give this one its own with --project NAME (for example "
+                         f"--project {own}), or pass --project {project} to share it on purpose (nothing was written)")
     changes = clients.changes(target, remove=args.remove)
     for change in changes:
         if not change.changed:

@@ -265,3 +265,28 @@ def test_claude_desktop_set_up_outside_a_repository_serves_the_default_project(t
     servers = read(user / ".config" / "Claude" / "claude_desktop_config.json")["mcpServers"]
     assert servers["agentmemrec"]["args"][-3:] == ["serve", "--project", "default"]
     assert "claude-desktop: set up for project default; quit and restart" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor"])
+def test_a_second_repository_of_the_same_name_is_refused_its_own_project_or_sharing_is_asked_for(
+        tmp_path, home, capsys, client):
+    user, first, second = tmp_path / "user", tmp_path / "work" / "api", tmp_path / "side" / "api"
+    user.mkdir()
+    for repo in (first, second):
+        git(tmp_path, "init", "-q", str(repo))
+    git(first, "commit", "-q", "--allow-empty", "-m", "start")
+    assert setup(user, first, "claude-code") == 0
+    git(first, "worktree", "add", "-q", str(tmp_path / "api-feature"))
+    assert setup(user, tmp_path / "api-feature", client, "--dry-run") == 0  # a worktree of the same repository
+    capsys.readouterr()
+    claude, files = (user / ".claude.json").read_bytes(), sorted(second.rglob("*"))
+    assert setup(user, second, client) == 2
+    err = capsys.readouterr().err
+    assert f"{first} is already set up for project api, the name of this repository too: the two would " \
+           "share one memory" in err and "--project side-api" in err and len(err.strip().splitlines()) == 1
+    assert (user / ".claude.json").read_bytes() == claude and sorted(second.rglob("*")) == files
+    assert setup(user, second, client, "--project", "side-api") == 0
+    assert "set up for project side-api" in capsys.readouterr().out
+    assert setup(user, second, client, "--project", "api", "--dry-run") == 0  # shared on purpose
+    (first / ".git").rename(first / "old.git")  # the first is gone: its entry no longer claims the name
+    assert setup(user, second, client, "--dry-run") == 0
