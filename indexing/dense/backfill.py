@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 
@@ -25,8 +25,9 @@ STOP_WAIT_S = 30.0  # after this, closing says it is still waiting for the batch
 def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None = None,
                   cache: EmbeddingCache | None = None, limit: int | None = None,
                   progress: Callable[[int], None] | None = None,
-                  stop: Callable[[], bool] = lambda: False) -> int:
-    """Embed units that lack a current vector, in batches; returns how many were embedded. On a store that several processes share, one of
+                  stop: Callable[[], bool] = lambda: False, only: Collection[int] | None = None) -> int:
+    """Embed units that lack a current vector (with `only`, those of them with these ids), in
+    batches; returns how many were embedded. On a store that several processes share, one of
     them embeds at a time (the claim): the others return 0 at once and find the vectors stored
     when they next look. `stop` is asked before each model batch: a close waits for one of those
     (a few seconds of long texts on CPU), stores what was embedded and leaves the rest pending."""
@@ -35,6 +36,7 @@ def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None =
         if not ours:
             return 0
         for window in vectors.pending_windows(project):
+            window = window if only is None else [u for u in window if u.id in only]
             for i in range(0, len(window), EMBED_BATCH):
                 if (limit is not None and done >= limit) or stop():
                     return done
