@@ -91,7 +91,7 @@ class Memory:
         self._lifecycle = threading.Lock()
         self._closed = False
         self._reading = threading.Lock()  # held by each store read of the warm-up; close waits for it
-        self.written: set[str] = set()  # the projects this memory stored something in
+        self.written: dict[str, set[int]] = {}  # per project, the units stored or changed that no worker embeds
 
     @classmethod
     def open(cls, home: Path, config: RecallConfig = RecallConfig(), device: str = "auto",
@@ -141,16 +141,16 @@ class Memory:
         threading.Thread(target=run, name="agentmemrec-warm", daemon=True).start()
 
     def pending_written(self) -> dict[str, int]:
-        """Units of the projects this memory wrote to that lack a vector; none without a model or
-        with the background worker, which embeds them itself."""
-        if self.dense is None or self.worker is not None:
-            return {}
-        return {p: n for p in sorted(self.written) if (n := self.dense.vectors.count_pending(p))}
+        """Per project, how many units this memory stored or changed: what `embed_written` embeds
+        (none without a model, or with the background worker, which embeds them itself)."""
+        return {p: len(ids) for p, ids in sorted(self.written.items()) if ids} if self.worker is None else {}
 
-    def embed_written(self, projects: Sequence[str], progress: Callable[[int], None] | None = None) -> int:
-        """Embed now what `pending_written` counted in `projects`: what a command that wrote without
-        a server running does before it exits, so the dense channel finds what it stored."""
-        return sum(embed_pending(self.dense.vectors, self.dense.embedder, p, progress=progress) for p in projects)
+    def embed_written(self, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+        """Embed what this memory wrote (a command that wrote with no server running, as it exits), not
+        the rest of a project's backlog; returns, per project it wrote to, the units still without a vector."""
+        for p in self.pending_written():
+            embed_pending(self.dense.vectors, self.dense.embedder, p, progress=progress, only=self.written[p])
+        return {p: n for p in self.pending_written() if (n := self.dense.vectors.count_pending(p))}
 
     def compile_ranker(self) -> threading.Thread | None:
         """Predict with the ranker's boosters compiled to machine code, once they are (from the
@@ -216,8 +216,8 @@ class Memory:
             for _, found in redacted:
                 counts.update(found)
         results = self.store.write(project, validate_batch(raw_items))
-        if any(r.outcome != "unchanged" for r in results):
-            self.written.add(project)
+        if self.dense is not None and self.worker is None:  # a worker embeds them itself
+            self.written.setdefault(project, set()).update(*(r.ids for r in results if r.outcome != "unchanged"))
         if self.worker is not None:
             self.worker.notify()  # embedding happens in the background; the write never waits
         if counts:

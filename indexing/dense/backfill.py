@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 
-from agentmemrec.indexing.dense.embedder import Embedder
+from agentmemrec.indexing.dense.embedder import BATCH, Embedder
 from agentmemrec.indexing.dense.remote import Unreachable
 from agentmemrec.indexing.errors import StoreUnavailable
 from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 from agentmemrec.indexing.store.protocol import VectorRows
+from agentmemrec.indexing.units import Unit
 
 log = logging.getLogger(__name__)
 EMBED_BATCH = 256  # units embedded and stored in one transaction: what a recall sees appear at once
@@ -24,26 +25,43 @@ STOP_WAIT_S = 30.0  # after this, closing says it is still waiting for the batch
 def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None = None,
                   cache: EmbeddingCache | None = None, limit: int | None = None,
                   progress: Callable[[int], None] | None = None,
-                  stop: Callable[[], bool] = lambda: False) -> int:
-    """Embed units that lack a current vector, in batches; returns how many were embedded. On a
-    store that several processes share, one of them embeds at a time (the claim): the others
-    return 0 at once and find the vectors stored when they next look. `stop` is asked before
-    each batch: a close waits for one batch, not for a whole pass."""
+                  stop: Callable[[], bool] = lambda: False, only: Collection[int] | None = None) -> int:
+    """Embed units that lack a current vector (with `only`, those of them with these ids), in
+    batches; returns how many were embedded. On a store that several processes share, one of
+    them embeds at a time (the claim): the others return 0 at once and find the vectors stored
+    when they next look. `stop` is asked before each model batch: a close waits for one of those
+    (a few seconds of long texts on CPU), stores what was embedded and leaves the rest pending."""
     done = 0
     with vectors.claim() as ours:
         if not ours:
             return 0
         for window in vectors.pending_windows(project):
+            window = window if only is None else [u for u in window if u.id in only]
             for i in range(0, len(window), EMBED_BATCH):
                 if (limit is not None and done >= limit) or stop():
                     return done
-                units = window[i:i + EMBED_BATCH]
-                vecs = _embed_with_cache(embedder, [u.index_text() for u in units], cache)
-                vectors.put(units, vecs, [u.content_hash for u in units])
+                units = _embed_batch(vectors, embedder, window[i:i + EMBED_BATCH], cache, stop)
                 done += len(units)
-                if progress:
+                if progress and units:
                     progress(len(units))
     return done
+
+
+def _embed_batch(vectors: VectorRows, embedder: Embedder, units: list[Unit], cache: EmbeddingCache | None,
+                 stop: Callable[[], bool]) -> list[Unit]:
+    """Embed a transaction's units a model batch at a time (similar lengths together, as the
+    embedder would group them), until `stop`; store those embedded; returns them."""
+    texts = sorted(((u.index_text(), u) for u in units), key=lambda tu: len(tu[0]))
+    units = [u for _, u in texts]
+    parts: list[np.ndarray] = []
+    for i in range(0, len(units), BATCH):
+        if i and stop():
+            units = units[:i]
+            break
+        parts.append(_embed_with_cache(embedder, [t for t, _ in texts[i:i + BATCH]], cache))
+    if units:
+        vectors.put(units, np.concatenate(parts), [u.content_hash for u in units])
+    return units
 
 
 def _embed_with_cache(embedder: Embedder, texts: list[str], cache: EmbeddingCache | None) -> np.ndarray:

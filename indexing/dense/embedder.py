@@ -15,6 +15,10 @@ from agentmemrec.indexing.dense.models import Manifest, ranked_as, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import open_model, open_session
 
 BATCH = 32
+# Tokens per batch on CPU, padding included: ONNX Runtime's arena keeps the largest batch's
+# activations (32 texts of 512 tokens: about 2 GB for the process's life), and smaller batches of
+# similar lengths also ran faster (less padding; docs/performance.md)
+CPU_TOKENS = 1024
 QUERY_SESSION_MAX_BYTES = 256 << 20  # a model folder up to this size also gets a query session
 
 
@@ -54,10 +58,16 @@ def load_tokenizer(model_dir: Path, max_length: int) -> Tokenizer:
     return tok
 
 
-def batches_by_length(lengths: list[int], size: int) -> list[list[int]]:
-    """Indices grouped so each batch holds texts of similar length (less padding)."""
+def batches_by_length(lengths: list[int], size: int, tokens: int | None = None) -> list[list[int]]:
+    """Indices grouped so each batch holds texts of similar length (less padding): at most `size`
+    of them and, with `tokens`, at most that many tokens padded."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[i:i + size] for i in range(0, len(order), size)]
+    out: list[list[int]] = [[]]
+    for i in order:  # shortest first: the text added is the batch's widest
+        if len(out[-1]) == size or (tokens and out[-1] and (len(out[-1]) + 1) * lengths[i] > tokens):
+            out.append([])
+        out[-1].append(i)
+    return out if order else []
 
 
 def pad(ids: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +113,8 @@ class OnnxEmbedder:
         session, lock = (self._query, nullcontext()) if query else (self.session, self._lock)
         encoded = [e.ids for e in self.tokenizer.encode_batch(texts)]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for idx in batches_by_length([len(e) for e in encoded], BATCH):
+        budget = CPU_TOKENS if self.device == "cpu" else None  # a GPU's memory was not measured
+        for idx in batches_by_length([len(e) for e in encoded], BATCH, budget):
             ids, mask = pad([encoded[i] for i in idx], self.pad_id)
             feed = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self.inputs:

@@ -117,14 +117,21 @@ def open_memory(settings: Settings, one_shot: bool = True):  # noqa: ANN201 - Sh
 
 def embed_written(memory: Any) -> None:
     """A command that wrote while it owned the store (no server runs to embed in the background)
-    embeds what it wrote before it exits, with a progress bar on stderr; not when ^C stopped it
-    (what it wrote is stored: the next server, or command that writes, embeds it)."""
+    embeds what it wrote before it exits, with a progress bar on stderr, and not the rest of the
+    project's backlog (a user who added one note would wait for all of it): one line says how
+    many units that leaves for a server to embed. Not when ^C stopped it (what it wrote is
+    stored: the next server embeds it)."""
     from tqdm import tqdm  # noqa: PLC0415
-    pending = memory.pending_written()
+    pending, log = memory.pending_written(), logging.getLogger("agentmemrec")
     if pending and isinstance(sys.exc_info()[1], KeyboardInterrupt):
-        logging.getLogger("agentmemrec").warning(
-            "interrupted: what was written is stored, and %d units wait to be embedded by the next "
-            "server or command that writes", sum(pending.values()))
-    elif pending:
+        log.warning("interrupted: what was written is stored, and %d units wait to be embedded by the next "
+                    "server", sum(pending.values()))
+        return
+    if pending:
         with tqdm(total=sum(pending.values()), desc="embed", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
-            memory.embed_written(list(pending), bar.update)
+            left = memory.embed_written(bar.update)
+        if left:
+            log.info("%d units not yet embedded stay pending (%s): a running server embeds them in the "
+                     "background (agentmemrec serve or owner, or the owner a client's hook starts); until "
+                     "then recall finds them by BM25", sum(left.values()),
+                     ", ".join(f"{n} in {p}" for p, n in left.items()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import duckdb
 import pytest
 
+from agentmemrec.ranking.memory import Memory
 from agentmemrec.server.cli import main
 
 from helpers import BOTH
@@ -231,6 +233,28 @@ def test_a_command_that_wrote_with_no_server_running_embeds_what_it_wrote(home, 
     assert any(i["ref"] == "s1" for i in slate["items"])
 
 
+def test_a_command_that_writes_one_note_embeds_it_and_leaves_the_projects_backlog_pending(
+        home, default_home, tmp_path, capsys, caplog):
+    """Adding one note used to embed the project's whole backlog first (minutes after a large
+    import stopped mid-way); the command embeds what it wrote and says what stays pending."""
+    caplog.set_level(logging.INFO, logger="agentmemrec")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "models").symlink_to(default_home / "models")
+    backlog = Memory.open(home, background=False)
+    backlog.remember("infra", [{"kind": "turn", "text": f"Old note {i} on queue sizing."} for i in range(40)])
+    backlog.store.close()  # as a process that stopped before embedding: nothing of it has a vector
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "Service 7 publishes to the billing topic.", "ref": "s7"}))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    assert "40 units not yet embedded stay pending (40 in infra)" in caplog.text
+    after = Memory.open(home, background=False)
+    assert after.dense.vectors.count_pending("infra") == 40  # the backlog, left to a server
+    slate = after.recall("infra", "which topic does service 7 publish to")
+    why = after.explain(slate.slate_id, {"infra"})
+    assert next(c for c in why["candidates"] if c["ref"] == "s7")["channels"].keys() == {"bm25", "dense"}
+    after.close()
+
+
 def test_escape_sequences_in_memory_are_shown_not_sent_to_the_terminal(home, tmp_path, capsys):
     """Stored text is anyone's: an OSC could set the title or write the clipboard (OSC 52), a CSI
     clear the screen. Human output shows them as escapes; JSON carries them, escaped, unchanged."""
@@ -262,8 +286,9 @@ def test_a_command_stopped_by_ctrl_c_leaves_its_embedding_to_the_next_process(ca
         def pending_written(self):
             return {"p": 5}
 
-        def embed_written(self, projects, progress):
-            embedded.append(projects)
+        def embed_written(self, progress):
+            embedded.append(True)
+            return {}
 
     try:
         raise KeyboardInterrupt
@@ -271,4 +296,4 @@ def test_a_command_stopped_by_ctrl_c_leaves_its_embedding_to_the_next_process(ca
         embed_written(Written())
     assert embedded == [] and "5 units wait to be embedded" in caplog.text
     embed_written(Written())
-    assert embedded == [["p"]]
+    assert embedded == [True]

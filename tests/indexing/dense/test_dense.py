@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from agentmemrec.indexing.dense.backfill import EMBED_BATCH, EmbeddingWorker, embed_pending
+from agentmemrec.indexing.dense.embedder import BATCH
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
 from agentmemrec.indexing.errors import StoreUnavailable
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
@@ -138,18 +139,24 @@ class Gated(BagOfWords):
         return super().embed(texts)
 
 
-def test_close_stops_the_embedder_after_its_batch_and_waits_for_it(tmp_path, caplog):
+def test_close_stops_the_embedder_within_one_model_batch_and_leaves_the_rest_pending(tmp_path, caplog):
+    """A close used to wait for a whole transaction of 256 units (a minute of long texts on two
+    cores): it now waits for the model batch in progress, stores it, and the rest stays pending."""
     embedder = Gated()
     memory = memory_with(tmp_path, embedder, background=False)
-    memory.remember("p", [{"kind": "turn", "text": f"note {i} about kafka"} for i in range(3 * EMBED_BATCH)])
+    memory.remember("p", [{"kind": "turn", "text": f"note {i} about kafka" + " word" * (i % 7)}
+                          for i in range(3 * EMBED_BATCH)])
     embedder.worker = memory.worker = EmbeddingWorker(memory.dense.vectors, embedder).start()
     assert embedder.started.wait(10)
-    memory.close()  # the worker is inside its first batch of a pass of 640 units
+    memory.close()  # the worker is inside its first model batch of a pass of 640 units
     assert not memory.worker._thread.is_alive() and embedder.calls == 1
     assert "background embedding failed" not in caplog.text
-    store = DuckDBStore(tmp_path / "m.duckdb")
-    assert store.cursor().execute("SELECT count(*) FROM vectors").fetchone()[0] == EMBED_BATCH
-    store.close()
+    reopened = memory_with(tmp_path, BagOfWords(), background=False)
+    assert reopened.dense.vectors.count_pending("p") == 3 * EMBED_BATCH - BATCH
+    assert embed_pending(reopened.dense.vectors, reopened.dense.embedder) == 3 * EMBED_BATCH - BATCH
+    slate = reopened.recall("p", "note 5 about kafka")  # every unit found by both channels, none missing
+    assert slate.notes == () and reopened.dense.vectors.count_pending("p") == 0
+    reopened.close()
 
 
 def test_the_dense_query_leaves_out_the_projects_speakers(tmp_path):

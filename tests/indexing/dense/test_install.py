@@ -11,13 +11,14 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import numpy as np
 import pytest
 
 from agentmemrec.indexing.dense.default_set import CPU_SET, wheel_cache
-from agentmemrec.indexing.dense.embedder import OnnxEmbedder
+from agentmemrec.indexing.dense.embedder import CPU_TOKENS, OnnxEmbedder
 from agentmemrec.indexing.dense.models import activate, active, models_dir, read_manifest
 from agentmemrec.indexing.dense.onnx_runtime import plan_session
 from agentmemrec.ranking.cross_encoder import OnnxReranker
@@ -65,6 +66,22 @@ def test_a_query_embeds_on_its_own_session_bit_for_bit(default_home, monkeypatch
     monkeypatch.setattr("agentmemrec.indexing.dense.embedder.QUERY_SESSION_MAX_BYTES", 0)  # a large model
     one_session = OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu")
     assert np.array_equal(np.stack([one_session.embed([q])[0] for q in queries]), alone)
+
+
+def test_long_texts_embed_on_cpu_in_batches_of_bounded_tokens(default_home):
+    """ONNX Runtime's CPU arena keeps the largest batch's activations: 32 texts of 512 tokens held
+    about 2 GB for good. A batch holds at most CPU_TOKENS tokens, padding included (less padding,
+    and faster on CPU too: docs/performance.md); each vector is the one its text gets alone."""
+    embedder = OnnxEmbedder(models_dir(default_home) / "bge-small-en-v1.5", device="cpu")
+    shapes, run = [], embedder.session.run
+    embedder.session = SimpleNamespace(run=lambda names, feed: shapes.append(feed["input_ids"].shape) or run(names, feed))
+    texts = [f"note {i}: " + "we retried the payment webhook after the broker timed out " * (3 + 40 * (i % 2))
+             for i in range(32)]
+    vectors = embedder.embed(texts)
+    assert sum(rows for rows, _ in shapes) == 32 and max(rows * width for rows, width in shapes) <= CPU_TOKENS
+    assert max(width for _, width in shapes) == 512  # the long texts fill the model's window
+    alone = np.stack([embedder.embed([t])[0] for t in texts])
+    assert np.min(np.sum(vectors * alone, axis=1)) > 0.99  # int8 activations are quantized per batch
 
 
 def test_the_int8_cross_encoder_scores_each_pair_whatever_it_is_scored_with(default_home):
