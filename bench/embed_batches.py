@@ -7,7 +7,8 @@ at the model's 512 tokens; `mixed`: 4-400 words, log-uniform), sorted by length 
 the budgets (0: none, batches of 32 whatever their length); medians are printed. Not a test:
 machines here are shared, so read ratios, not absolutes.
 
-    python bench/embed_batches.py --model ~/.agentmemrec/models/bge-small-en-v1.5 --budgets 0,512,1024,2048
+    python bench/embed_batches.py --model ~/.local/share/agentmemrec/models/bge-small-en-v1.5 \
+        --budgets 0,512,1024 --json bench/results/embed-batches.json
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main() -> None:
     p.add_argument("--budgets", default="0,512,1024,2048")
     p.add_argument("--units", type=int, default=96)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", type=Path, help="write the runs and their medians here")
     p.add_argument("--one", nargs=2, metavar=("KIND", "BUDGET"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -60,10 +62,17 @@ def main() -> None:
                                       str(args.units), "--one", kind, str(budget)], capture_output=True,
                                      text=True, check=True).stdout
                 runs.setdefault((kind, budget), []).append(json.loads(out))
-    for (kind, budget), rs in runs.items():
-        print(f"{kind:5} tokens/batch {budget or 'none':>5}: "
-              f"{statistics.median(r['units_per_s'] for r in rs):6.2f} units/s, "
-              f"peak RSS {statistics.median(r['peak_rss_mib'] for r in rs):5.0f} MiB (median of {len(rs)})")
+    medians = [{"kind": kind, "budget": budget, "runs": len(rs),
+                "units_per_s": round(statistics.median(r["units_per_s"] for r in rs), 2),
+                "peak_rss_mib": round(statistics.median(r["peak_rss_mib"] for r in rs))}
+               for (kind, budget), rs in runs.items()]
+    for m in medians:
+        print(f"{m['kind']:5} tokens/batch {m['budget'] or 'none':>5}: {m['units_per_s']:6.2f} units/s, "
+              f"peak RSS {m['peak_rss_mib']:5} MiB (median of {m['runs']})")
+    if args.json:
+        from harness import write_result  # noqa: PLC0415 (not in the measured runs' processes)
+        write_result(args.json, {"benchmark": "embed_batches", "model": args.model.name, "units": args.units,
+                                 "repeats": args.repeats, "medians": medians})
 
 
 if __name__ == "__main__":

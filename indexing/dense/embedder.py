@@ -16,9 +16,9 @@ from agentmemrec.indexing.dense.onnx_runtime import open_model, open_session
 
 BATCH = 32
 # Tokens per batch on CPU, padding included: ONNX Runtime's arena keeps the largest batch's
-# activations (32 texts of 512 tokens: about 2 GB for the process's life), and smaller batches of
-# similar lengths also ran faster (less padding; docs/performance.md)
-CPU_TOKENS = 1024
+# activations (32 texts of 512 tokens: about 2 GB for the process's life), and smaller batches also
+# ran faster: 512 beat 1,024 and none on both (bench/results/embed-batches.json, docs/performance.md)
+CPU_TOKENS = 512
 QUERY_SESSION_MAX_BYTES = 256 << 20  # a model folder up to this size also gets a query session
 
 
