@@ -26,7 +26,7 @@ from agentmemrec.indexing.errors import InputError, StoreError, StoreUnavailable
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
-from agentmemrec.server.abridged import brief, json_result
+from agentmemrec.server.abridged import MAX_RESULT_TOKENS, brief, json_result, result_tokens
 from agentmemrec.server.auth import (
     OriginCheck,
     StoreTokenVerifier,
@@ -159,8 +159,13 @@ def tool_result(result: SlateResult) -> CallToolResult:
     """The slate as its model reads it. Claude Code and VS Code hand the model
     `JSON.stringify(structuredContent)` and drop the text block, so what the structured result holds
     is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
-    comes only when asked for."""
-    return json_result(result.model_dump(mode="json", exclude={"items"} if result.items is None else set()))
+    comes only when asked for, and then must fit what a client takes whole."""
+    data = result.model_dump(mode="json", exclude={"items"} if result.items is None else set())
+    if result.items is not None and (size := result_tokens(data)) > MAX_RESULT_TOKENS:
+        raise ToolError(f"with_items this slate's result would be {size} tokens, over the {MAX_RESULT_TOKENS} a "
+                        f"client takes whole ({len(result.items)} items): lower budget_tokens, or call without "
+                        "with_items (the context names every item by #id)")
+    return json_result(data)
 
 
 def stored(project: str, results: list[WriteResult]) -> RememberResult:

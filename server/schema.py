@@ -75,7 +75,8 @@ AsOf = Annotated[str | None, Field(
     max_length=64)]
 WithItems = Annotated[bool, Field(
     description="Also return `items`, each item's id, ref, kind, session, path, tokens and rank, for a "
-                "program that reads them; the context already names every item by #id")]
+                "program that reads them; the context already names every item by #id. Refused when the "
+                "result would pass 20,000 tokens: lower budget_tokens")]
 SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 16 digits)",
                                max_length=64)]
 ExpectedRefs = Annotated[list[str] | None, Field(

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import facts as F  # noqa: E402
 import phrasing as P  # noqa: E402
 from bugs import BUGS  # noqa: E402
-from history import History, Project, Session, cap  # noqa: E402
+from history import History, Project, Session  # noqa: E402
 from story import TopicStory, bug_story, distractor, fact_story, option_values, usable  # noqa: E402
 from tasks import TASKS  # noqa: E402
 from topics import TOPICS  # noqa: E402

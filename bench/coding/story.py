@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Callable
 
 from agentmemrec.ranking.features import content_terms
 

@@ -1,4 +1,4 @@
-"""`explain_selection`, `decisions_in_force` and `show_unit` answer within what a client takes as a
+"""`explain_selection`, `recall_slate`, `decisions_in_force` and `show_unit` answer within what a client takes as a
 tool result (Claude Code: 25,000 tokens); the commands print it all."""
 
 from __future__ import annotations
@@ -29,8 +29,14 @@ async def test_an_explanation_of_a_large_pool_fits_a_tool_result_and_still_names
     await call(client, "remember", items=[
         turn(" ".join(rng.choice(WORDS) for _ in range(40)), ref=ref, session=f"session-{i // 20}-{ref}")
         for i, ref in enumerate(refs)])
-    slate = await call(client, "recall_slate", with_items=True, budget_tokens=20_000,
-                       query="kafka consumer lag and retries for payment webhooks")
+    query = "kafka consumer lag and retries for payment webhooks"
+    # with every item's record (long refs and sessions: ~90 tokens each), a 20,000-token slate is
+    # about 50,000 tokens of result: refused with what to do; the slate alone fits
+    refused = await client.call_tool("recall_slate", {"query": query, "budget_tokens": 20_000, "with_items": True})
+    assert refused.is_error and "lower budget_tokens, or call without with_items" in refused.content[0].text
+    whole = await client.call_tool("recall_slate", {"query": query, "budget_tokens": 20_000})
+    assert not whole.is_error and count_tokens(whole.content[0].text) < 25_000  # Claude Code takes it whole
+    slate = await call(client, "recall_slate", with_items=True, budget_tokens=5_000, query=query)
     in_slate = slate["items"][0]["ref"]
     lost = next(r for r in reversed(refs) if r not in {i["ref"] for i in slate["items"]})
     result = await client.call_tool("explain_selection", {"slate_id": slate["slate_id"],
