@@ -14,6 +14,7 @@ from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.server.schema import Explanation
 
@@ -69,6 +70,14 @@ def json_result(data: dict[str, Any]) -> CallToolResult:
 def result_tokens(data: Any) -> int:
     """The tokens of `data` as a client's model reads it (`JSON.stringify`)."""
     return count_tokens(_compact(data))
+
+
+def items_fit(data: dict[str, Any]) -> dict[str, Any]:
+    """`data`, a result with the `with_items` records asked for, if a client takes it whole."""
+    if (size := result_tokens(data)) > MAX_RESULT_TOKENS:
+        raise InputError(f"with_items the result would be {size} tokens, over the {MAX_RESULT_TOKENS} a client "
+                         "takes whole: lower budget_tokens, or call without with_items")
+    return data
 
 
 def cut_to(text: str, tokens: int) -> str:

@@ -26,7 +26,7 @@ from agentmemrec.indexing.errors import InputError, StoreError, StoreUnavailable
 from agentmemrec.indexing.store.protocol import WriteResult
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
-from agentmemrec.server.abridged import MAX_RESULT_TOKENS, brief, json_result, result_tokens
+from agentmemrec.server.abridged import brief, items_fit, json_result
 from agentmemrec.server.auth import (
     OriginCheck,
     StoreTokenVerifier,
@@ -160,12 +160,9 @@ def tool_result(result: SlateResult) -> CallToolResult:
     `JSON.stringify(structuredContent)` and drop the text block, so what the structured result holds
     is what the budget must bound: `items` (about 57 tokens an item, more than the slate itself)
     comes only when asked for, and then must fit what a client takes whole."""
-    data = result.model_dump(mode="json", exclude={"items"} if result.items is None else set())
-    if result.items is not None and (size := result_tokens(data)) > MAX_RESULT_TOKENS:
-        raise ToolError(f"with_items this slate's result would be {size} tokens, over the {MAX_RESULT_TOKENS} a "
-                        f"client takes whole ({len(result.items)} items): lower budget_tokens, or call without "
-                        "with_items (the context names every item by #id)")
-    return json_result(data)
+    if result.items is None:
+        return json_result(result.model_dump(mode="json", exclude={"items"}))
+    return json_result(items_fit(result.model_dump(mode="json")))
 
 
 def stored(project: str, results: list[WriteResult]) -> RememberResult:
@@ -282,7 +279,7 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
         slate = slate_result(found, with_items)
         if not found.items and not _core(memory_of(ctx).projects).get(name):
             slate.notes.append(f"projects you may use: {_listing(memory_of(ctx), access_of(ctx))}")
-        return tool_result(slate)
+        return _core(tool_result, slate)
 
     @tool(server, "Explain a slate", read_only=True)
     def explain_selection(slate_id: SlateId, ctx: Context, refs: ExpectedRefs = None,

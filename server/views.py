@@ -14,7 +14,7 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.digest import Digest, digest
-from agentmemrec.server.abridged import MAX_RESULT_TOKENS, cut_to, json_result, result_tokens
+from agentmemrec.server.abridged import MAX_RESULT_TOKENS, cut_to, items_fit, json_result, result_tokens
 from agentmemrec.server.schema import (
     MAX_TOOL_BUDGET,
     DecisionOut,
@@ -60,10 +60,7 @@ def decisions_result(found: Digest, budget: int, with_items: bool) -> DecisionsR
     if with_items:
         result.in_force = [decision_out(u) for u in found.in_force]
         result.replaced = [decision_out(u) for u in found.replaced]
-        size = result_tokens(result.model_dump(mode="json"))
-        if size > MAX_RESULT_TOKENS:
-            raise InputError(f"with_items the result would be {size} tokens, over the {MAX_RESULT_TOKENS} a "
-                             "client takes whole: lower budget_tokens, or call without with_items")
+        items_fit(result.model_dump(mode="json"))
     return result
 
 
