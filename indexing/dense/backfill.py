@@ -35,8 +35,7 @@ def embed_pending(vectors: VectorRows, embedder: Embedder, project: str | None =
     with vectors.claim() as ours:
         if not ours:
             return 0
-        for window in vectors.pending_windows(project):
-            window = window if only is None else [u for u in window if u.id in only]
+        for window in vectors.pending_windows(project, only):
             for i in range(0, len(window), EMBED_BATCH):
                 if (limit is not None and done >= limit) or stop():
                     return done

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, ContextManager, Iterable, Iterator, Protocol
+from typing import Callable, Collection, ContextManager, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -71,7 +71,8 @@ class VectorRows(Protocol):
 
     model: str
 
-    def pending_windows(self, project: str | None = None) -> Iterator[list[Unit]]: ...
+    def pending_windows(self, project: str | None = None,
+                        only: Collection[int] | None = None) -> Iterator[list[Unit]]: ...
 
     def count_pending(self, project: str) -> int: ...
 

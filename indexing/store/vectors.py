@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 import numpy as np
 
@@ -45,9 +45,10 @@ class SqlVectors(ABC):
     def claim(self) -> AbstractContextManager[bool]:
         return nullcontext(True)  # one process owns an embedded store: nobody else embeds
 
-    def pending_windows(self, project: str | None = None) -> Iterator[list[Unit]]:
+    def pending_windows(self, project: str | None = None, only: Collection[int] | None = None) -> Iterator[list[Unit]]:
         """Units without a current vector for this model (new, updated, or a new model), a window
-        of ids at a time, so each read touches a bounded slice of the tables."""
+        of ids at a time, so each read touches a bounded slice of the tables; with `only`, those
+        of them with these ids (the others' texts are not read)."""
         where = "AND u.project = ?" if project else ""
         lo, hi = self.store.fetch_one(f"SELECT min(id), max(id) FROM units u WHERE true {where}",
                                       [project] if project else [])
@@ -58,9 +59,10 @@ class SqlVectors(ABC):
                     WHERE v.unit_id IS NULL AND u.id BETWEEN ? AND ? {where} ORDER BY u.id""",
                 [self.model, start, start + WINDOW - 1, start, start + WINDOW - 1,
                  *([project] if project else [])])
-            if rows:
-                units = self.store.units_by_id([r[0] for r in rows])
-                yield [units[r[0]] for r in rows if r[0] in units]
+            ids = [r[0] for r in rows if only is None or r[0] in only]
+            if ids:
+                units = self.store.units_by_id(ids)
+                yield [units[i] for i in ids if i in units]
 
     def count_pending(self, project: str) -> int:
         """Units of a project without a current vector, counted again only when a write or a
