@@ -12,6 +12,9 @@ it added, the file as it was is kept beside it (`FILE.agentmemrec.bak`) before a
 - Cursor: the repository's `.cursor/mcp.json` (kept out of git like Claude Code's settings);
 - Claude Desktop: `claude_desktop_config.json` in `~/Library/Application Support/Claude` (macOS),
   `%APPDATA%\\Claude` (Windows) or `~/.config/Claude` (Linux builds).
+
+Whatever the client, setup also records the folder and project in AgentMemRec's home
+(`setups.json`), so a second repository of the same name is seen wherever the first was set up.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ from typing import Any, Callable, Literal, Mapping
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.sources.transcripts import main_worktree
+from agentmemrec.server.owner_socket import private_home
 
 Client = Literal["claude-code", "cursor", "claude-desktop"]
 CLIENTS: tuple[str, ...] = ("claude-code", "cursor", "claude-desktop")
 NAME = "agentmemrec"  # the server's name in every client's configuration
+RECORD = "setups.json"  # in the home: repository folder -> client -> project, for `project_elsewhere`
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
 HOOK_TIMEOUT_S = 5  # Claude Code's own limit, behind the hook's 2 s deadline
 RESTART = {"claude-code": "start a new Claude Code session in the repository",
@@ -57,6 +62,7 @@ class Target:
     project_map: Path | None = None
     # `--user-dir`: every user file is under `user_dir`, whatever XDG_CONFIG_HOME or APPDATA say
     user_dir_given: bool = False
+    record: Path | None = None  # the home's record of setups (`RECORD`); None: none is kept
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Change:
     before: str | None  # None: the file does not exist
     after: str | None  # None: it still does not
     note: str = ""  # what setup left to the user about this file
+    private: bool = False  # a file of the home's: this user's alone, as the home is
 
     @property
     def changed(self) -> bool:
@@ -122,7 +129,15 @@ def is_ours(hook: Any) -> bool:
 
 
 def changes(target: Target, remove: bool = False) -> list[Change]:
-    """What setup (or `remove`) would write, file by file; nothing is written here."""
+    """What setup (or `remove`) would write, file by file; nothing is written here. The record
+    comes first: a setup that stops half-way leaves a repository recorded but not set up (a
+    refusal `--project` gets past), not set up unseen (a memory shared without a word)."""
+    record = [] if target.record is None else [_edit(target.record, lambda doc: _record(doc, target, remove),
+                                                     private=True)]
+    return [*record, *_client_changes(target, remove)]
+
+
+def _client_changes(target: Target, remove: bool) -> list[Change]:
     entry = None if remove else server_entry(target)
     if target.client == "claude-code":
         settings = None if remove else hook_command(target)
@@ -131,7 +146,7 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
                 _edit(target.repo / ".claude" / "settings.local.json", lambda doc: _set_hooks(doc, settings)),
                 *([] if remove else _excluded(target.repo, PRIVATE["claude-code"])),
                 *([] if target.project_map is None else [_edit(target.project_map, lambda doc: _map_repo(
-                    doc, target.repo, None if remove else target.project))])]
+                    doc, target.repo, None if remove else target.project), private=True)])]
     if target.client == "cursor":
         return [_edit(target.repo / ".cursor" / "mcp.json", lambda doc: _set_server(doc, entry)),
                 *([] if remove else _excluded(target.repo, PRIVATE["cursor"]))]
@@ -140,23 +155,44 @@ def changes(target: Target, remove: bool = False) -> list[Change]:
 
 
 def project_elsewhere(target: Target) -> Path | None:
-    """Another repository whose Claude Code server (in `~/.claude.json`) serves `target.project`:
-    two repositories named alike would share one memory. A linked worktree of the same repository
-    is the same repository; a folder that is no longer a repository is left out."""
-    try:
-        doc = json.loads((target.user_dir / ".claude.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # none yet, or broken: setup's own edit says so
-        return None
-    projects = doc.get("projects") if isinstance(doc, dict) else None
+    """Another repository set up for `target.project`, by the home's record (any client) or, for
+    setups made before the record, Claude Code's `~/.claude.json`: two repositories named alike
+    would share one memory. A linked worktree of the same repository is the same repository; a
+    folder that is no longer a repository is left out. A record that cannot be read is passed
+    over here: `changes` refuses it, naming the file."""
+    recorded = _json_object(target.record) if target.record is not None else {}
+    folders = [f for f, clients in recorded.items() if isinstance(clients, dict) and target.project in clients.values()]
+    projects = _json_object(target.user_dir / ".claude.json").get("projects")
     for folder, part in projects.items() if isinstance(projects, dict) else ():
         servers = part.get("mcpServers") if isinstance(part, dict) else None
         entry = servers.get(NAME) if isinstance(servers, dict) else None
         args = entry.get("args") if isinstance(entry, dict) else None
-        serves = isinstance(args, list) and ["--project", target.project] in (args[i:i + 2] for i in range(len(args)))
-        other = Path(folder)
-        if serves and (other / ".git").exists() and main_worktree(other) != main_worktree(target.repo):
-            return other
-    return None
+        if isinstance(args, list) and ["--project", target.project] in (args[i:i + 2] for i in range(len(args))):
+            folders.append(folder)
+    mine = main_worktree(target.repo)
+    return next((Path(f) for f in folders if (Path(f) / ".git").exists() and main_worktree(Path(f)) != mine), None)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in a file; {} when there is none, or it is broken (setup's edit says so)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _record(doc: dict[str, Any], target: Target, remove: bool) -> None:
+    """The record's entry for the folder and client: set to the project, or taken out (with the
+    folder once no client is left). Claude Desktop has one server for every conversation, so its
+    setup (or removal) in one folder replaces (or drops) the one recorded for any other."""
+    for folder in list(doc) if target.client == "claude-desktop" else [str(target.repo)]:
+        clients = doc.pop(folder, None)
+        kept = {c: p for c, p in clients.items() if c != target.client} if isinstance(clients, dict) else {}
+        if kept:
+            doc[folder] = kept
+    if not remove:
+        doc.setdefault(str(target.repo), {})[target.client] = target.project
 
 
 # The files setup writes into a repository hold absolute paths to this machine's install: kept out
@@ -201,19 +237,26 @@ def apply(change: Change) -> Path | None:
     """Write one change, keeping the file as it was beside it; returns the backup's path."""
     assert change.after is not None, "a setup never deletes a file"
     backup = None
-    change.path.parent.mkdir(parents=True, exist_ok=True)
+    if change.private:
+        private_home(change.path.parent)  # made 0700, or refused if another user could write in it
+    else:
+        change.path.parent.mkdir(parents=True, exist_ok=True)
     if change.before is not None:
         backup = change.path.with_name(change.path.name + ".agentmemrec.bak")
         shutil.copy2(change.path, backup)
+        if change.private:
+            os.chmod(backup, 0o600)
     tmp = change.path.with_name(change.path.name + ".agentmemrec.tmp")
     tmp.write_text(change.after, encoding="utf-8")
-    if change.before is not None:
+    if change.private:
+        os.chmod(tmp, 0o600)
+    elif change.before is not None:
         shutil.copymode(change.path, tmp)
     os.replace(tmp, change.path)  # a client reading the file sees the old or the new, never half
     return backup
 
 
-def _edit(path: Path, edit: Callable[[dict[str, Any]], None]) -> Change:
+def _edit(path: Path, edit: Callable[[dict[str, Any]], None], private: bool = False) -> Change:
     try:
         before = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -228,8 +271,8 @@ def _edit(path: Path, edit: Callable[[dict[str, Any]], None]) -> Change:
     after = copy.deepcopy(doc)
     edit(after)
     if after == doc:
-        return Change(path, before, before)
-    return Change(path, before, json.dumps(after, indent=2, ensure_ascii=False) + "\n")
+        return Change(path, before, before, private=private)
+    return Change(path, before, json.dumps(after, indent=2, ensure_ascii=False) + "\n", private=private)
 
 
 def _map_repo(doc: dict[str, Any], repo: Path, project: str | None) -> None:

@@ -49,9 +49,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
     env = ((HOME_ENV, str(Path(os.environ[HOME_ENV]).expanduser().resolve())),) if os.environ.get(HOME_ENV) else ()
     # a project other than the repository's own name: its captured sessions are mapped to it
     renamed = args.client == "claude-code" and project != ProjectMap().project_for(str(repo))
-    mapping = default_home().expanduser().resolve() / "project-map.json" if renamed else None
+    home = default_home().expanduser().resolve()
     target = clients.Target(args.client, (args.user_dir or Path.home()).expanduser(), repo, project, env=env,
-                            watch=args.watch, project_map=mapping, user_dir_given=args.user_dir is not None)
+                            watch=args.watch, project_map=home / "project-map.json" if renamed else None,
+                            user_dir_given=args.user_dir is not None, record=home / clients.RECORD)
     elsewhere = None if args.project or not named or args.remove else clients.project_elsewhere(target)
     if elsewhere is not None:
         own = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{repo.parent.name}-{project}").strip("._-")

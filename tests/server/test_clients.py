@@ -1,6 +1,6 @@
 """`agentmemrec setup` against client configuration folders that already hold other servers,
 hooks and state: merged, idempotent, backed up, shown as a diff on --dry-run, taken out by
---remove. Every path is under tmp_path; the real ~/.claude is never touched."""
+--remove. Every path is under tmp_path; the real ~/.claude and AgentMemRec home are never touched."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ CLAUDE_JSON = {"numStartups": 12, "mcpServers": {"github": {"command": "gh-mcp"}
 SETTINGS = {"permissions": {"allow": ["Bash(ls)"]}, "hooks": {
     "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo branch"}]}],
     "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}]}}
+
+
+@pytest.fixture(autouse=True)
+def own_homes(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Setup records what it set up in AgentMemRec's home: each test has its own, and a home
+    folder of its own, so the real ones are never read or written."""
+    (tmp_path / "os-home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "os-home"))
 
 
 @pytest.fixture
@@ -92,15 +100,16 @@ def test_a_dir_that_does_not_exist_is_refused_and_nothing_is_written(tmp_path, c
     assert not (tmp_path / "nope").exists() and list(user.iterdir()) == []
 
 
-def test_running_setup_twice_changes_nothing(folders, capsys):
+def test_running_setup_twice_changes_nothing(folders, home, capsys):
     user, repo = folders
     assert setup(user, repo, "claude-code") == 0
-    files = [user / ".claude.json", repo / ".claude" / "settings.local.json", repo / ".git" / "info" / "exclude"]
+    files = [user / ".claude.json", repo / ".claude" / "settings.local.json", repo / ".git" / "info" / "exclude",
+             home / "setups.json"]
     first = [p.read_bytes() for p in files]
     backups = [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files[:2]]
     capsys.readouterr()
     assert setup(user, repo, "claude-code") == 0
-    assert capsys.readouterr().out.count("already set up") == 3
+    assert capsys.readouterr().out.count("already set up") == 4
     assert [p.read_bytes() for p in files] == first
     assert [p.with_name(p.name + ".agentmemrec.bak").read_bytes() for p in files[:2]] == backups
 
@@ -116,10 +125,11 @@ def test_dry_run_prints_the_diff_and_writes_nothing(folders, capsys):
     assert not list(user.glob("*.agentmemrec.bak"))
 
 
-def test_remove_takes_out_only_what_setup_added(folders, capsys):
+def test_remove_takes_out_only_what_setup_added(folders, home, capsys):
     user, repo = folders
     assert setup(user, repo, "claude-code") == 0
     assert setup(user, repo, "claude-code", "--remove") == 0
+    assert read(home / "setups.json") == {}
     claude = read(user / ".claude.json")
     assert claude["projects"][str(repo)] == {}  # the mcpServers setup made went with our entry
     assert {k: v for k, v in claude.items() if k != "projects"} == {k: v for k, v in CLAUDE_JSON.items()
@@ -127,7 +137,7 @@ def test_remove_takes_out_only_what_setup_added(folders, capsys):
     assert read(repo / ".claude" / "settings.local.json") == SETTINGS
     capsys.readouterr()
     assert setup(user, repo, "claude-code", "--remove") == 0
-    assert capsys.readouterr().out.count("nothing of agentmemrec in it") == 2
+    assert capsys.readouterr().out.count("nothing of agentmemrec in it") == 3
 
 
 def test_remove_keeps_the_repositorys_other_servers(folders, capsys):
@@ -290,3 +300,91 @@ def test_a_second_repository_of_the_same_name_is_refused_its_own_project_or_shar
     assert setup(user, second, client, "--project", "api", "--dry-run") == 0  # shared on purpose
     (first / ".git").rename(first / "old.git")  # the first is gone: its entry no longer claims the name
     assert setup(user, second, client, "--dry-run") == 0
+
+
+def files_under(*roots: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for root in roots for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("first_client", "client"), [("cursor", "cursor"), ("cursor", "claude-code"),
+                                                      ("claude-desktop", "cursor")])
+def test_a_repository_set_up_for_any_client_keeps_its_name_from_a_second_repository_of_that_name(
+        tmp_path, home, capsys, first_client, client):
+    """Before, only Claude Code's ~/.claude.json was read: a repository set up for Cursor or
+    Claude Desktop alone was not seen, and a second `api` silently shared its memory."""
+    user, first, second = tmp_path / "user", tmp_path / "work" / "api", tmp_path / "side" / "api"
+    user.mkdir()
+    for repo in (first, second):
+        git(tmp_path, "init", "-q", str(repo))
+    git(first, "commit", "-q", "--allow-empty", "-m", "start")
+    assert setup(user, first, first_client) == 0
+    assert not (user / ".claude.json").exists()  # nothing of it where the old check looked
+    git(first, "worktree", "add", "-q", str(tmp_path / "api-feature"))
+    assert setup(user, tmp_path / "api-feature", client, "--dry-run") == 0  # a worktree of the same repository
+    capsys.readouterr()
+    before = files_under(user, home, second)
+    assert setup(user, second, client) == 2
+    err = capsys.readouterr().err
+    assert f"{first} is already set up for project api, the name of this repository too: the two would " \
+           "share one memory" in err and "--project side-api" in err and len(err.strip().splitlines()) == 1
+    assert files_under(user, home, second) == before  # nothing was written
+    assert setup(user, second, client, "--project", "side-api") == 0
+    assert read(home / "setups.json")[str(second)] == {client: "side-api"}
+    assert setup(user, first, first_client, "--remove") == 0
+    assert str(first) not in read(home / "setups.json")
+    assert setup(user, second, client) == 0  # the first is no longer set up: the name is free
+    assert read(home / "setups.json") == {str(second): {client: "api"}}
+
+
+def test_claude_desktop_set_up_in_another_repository_is_recorded_there_only(tmp_path, home, capsys):
+    """Claude Desktop has one server for every conversation: set up again elsewhere, it no
+    longer serves the first repository's project, which is then free for a same-named one."""
+    user, api, web, other_api = tmp_path / "user", tmp_path / "work" / "api", tmp_path / "work" / "web", \
+        tmp_path / "side" / "api"
+    user.mkdir()
+    for repo in (api, web, other_api):
+        git(tmp_path, "init", "-q", str(repo))
+    assert setup(user, api, "claude-desktop") == 0 and setup(user, api, "cursor") == 0
+    assert setup(user, web, "claude-desktop") == 0
+    assert read(home / "setups.json") == {str(api): {"cursor": "api"}, str(web): {"claude-desktop": "web"}}
+    assert setup(user, api, "cursor", "--remove") == 0
+    assert setup(user, other_api, "cursor") == 0
+
+
+@pytest.mark.parametrize("extra", [[], ["--remove"]])
+def test_a_broken_record_of_setups_is_left_alone_with_a_clear_error(tmp_path, home, capsys, extra):
+    user, repo = tmp_path / "user", tmp_path / "api"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    home.mkdir(mode=0o700)
+    (home / "setups.json").write_text('{"/work/api": ')
+    assert setup(user, repo, "cursor", *extra) == 2
+    err = capsys.readouterr().err
+    assert f"{home / 'setups.json'} is not valid JSON (line 1" in err and "nothing was written" in err
+    assert (home / "setups.json").read_text() == '{"/work/api": ' and not (repo / ".cursor").exists()
+    assert list(home.iterdir()) == [home / "setups.json"]
+
+
+def test_the_record_of_setups_is_yours_alone(tmp_path, home):
+    user, repo = tmp_path / "user", tmp_path / "api"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    home.mkdir(mode=0o755)
+    os.chmod(home, 0o755)  # whatever the umask
+    (home / "setups.json").write_text("{}")
+    os.chmod(home / "setups.json", 0o644)
+    assert setup(user, repo, "cursor") == 0
+    assert read(home / "setups.json") == {str(repo): {"cursor": "api"}}
+    assert (home.stat().st_mode & 0o777, (home / "setups.json").stat().st_mode & 0o777) == (0o700, 0o600)
+
+
+def test_a_claude_code_setup_made_before_the_record_still_keeps_its_name(tmp_path, home, capsys):
+    user, first, second = tmp_path / "user", tmp_path / "work" / "api", tmp_path / "side" / "api"
+    user.mkdir()
+    for repo in (first, second):
+        git(tmp_path, "init", "-q", str(repo))
+    assert setup(user, first, "claude-code") == 0
+    (home / "setups.json").unlink()  # as a setup of an earlier version left it: ~/.claude.json alone
+    assert setup(user, second, "cursor") == 2
+    assert f"{first} is already set up for project api" in capsys.readouterr().err
+    assert not (home / "setups.json").exists() and not (second / ".cursor").exists()
