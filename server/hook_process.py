@@ -8,8 +8,8 @@ never break a prompt:
   process that owns the store, which has the models and indexes loaded, over its socket;
 - past `--deadline` seconds, on any error, and when no owner runs (it then starts one, detached,
   for the next prompt, logging to `HOME/owner.log`) it prints nothing and exits 0; every event
-  leaves one line in `HOME/hook.log` (what was added, or why nothing: never the prompt's text),
-  never on stdout;
+  leaves one line in `HOME/hook.log`, naming the event once read (what was added, or why
+  nothing: never the prompt's text), never on stdout;
 - stdout carries the hook JSON and nothing else.
 """
 
@@ -105,16 +105,23 @@ def run(args: argparse.Namespace) -> int:
     if os.environ.get(STORE_ENV):  # every process opens a PostgreSQL store itself: no owner to ask
         log(home, f"{STORE_ENV} names a PostgreSQL store: use serve --http and its http hook instead")
         return 0
-    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, f"no answer within {args.deadline} s"))
+    name = None  # the event's, once read: each line names it, as respond's own lines do
+
+    def line(why: str) -> str:
+        return f"{name}: {why}" if name else why
+
+    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, line(f"no answer within {args.deadline} s")))
     signal.setitimer(signal.ITIMER_REAL, args.deadline)
     started = time.monotonic()
     try:
-        out = respond(args, home, sys.stdin.buffer.read(MAX_EVENT_BYTES), started)
+        event = json.loads(sys.stdin.buffer.read(MAX_EVENT_BYTES) or b"null")
+        name = event_name(event)
+        out = respond(args, home, event, started)
     except TimeoutError:  # the socket's own timeout, at the same deadline as the alarm
-        log(home, f"no answer within {args.deadline} s")
+        log(home, line(f"no answer within {args.deadline} s"))
         out = ""
     except Exception as exc:  # noqa: BLE001 - nothing may reach the prompt but the hook JSON
-        log(home, f"{type(exc).__name__}: {exc}")
+        log(home, line(f"{type(exc).__name__}: {exc}"))
         out = ""
     signal.setitimer(signal.ITIMER_REAL, 0)
     if out:
@@ -127,14 +134,20 @@ def _give_up(home: Path, why: str) -> None:
     os._exit(0)  # from the signal handler: nothing has been printed
 
 
-def respond(args: argparse.Namespace, home: Path, data: bytes, started: float) -> str:
-    """The hook JSON for one event, or "" for none; either way one line in hook.log says what was
-    done and why (the prompt's text is never logged)."""
-    event = json.loads(data or b"null")
+def event_name(event: Any) -> str | None:
+    """The event's name, if it is one the hook answers."""
     name = event.get("hook_event_name") if isinstance(event, dict) else None
-    if name not in EVENTS:
-        log(home, f"{'event ' + ascii(name)[:80] if isinstance(event, dict) else 'an event that is not a JSON object'}"
-                  f": nothing added (the hook answers {' and '.join(EVENTS)} events)")
+    return name if name in EVENTS else None
+
+
+def respond(args: argparse.Namespace, home: Path, event: Any, started: float) -> str:
+    """The hook JSON for one event (parsed JSON), or "" for none; either way one line in hook.log
+    says what was done and why (the prompt's text is never logged)."""
+    name = event_name(event)
+    if name is None:
+        what = (f"event {ascii(event.get('hook_event_name'))[:80]}" if isinstance(event, dict)
+                else "an event that is not a JSON object")
+        log(home, f"{what}: nothing added (the hook answers {' and '.join(EVENTS)} events)")
         return ""
     options = {"project": args.project, "budget": args.budget, "digest_budget": args.digest_budget,
                "project_map": str(args.project_map.expanduser().resolve()) if args.project_map else None}

@@ -12,7 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import anyio
 import pytest
@@ -254,22 +256,45 @@ def test_a_bad_option_never_blocks_the_prompt(home, repos, args, said):
     assert said in done.stderr and said in (home / "hook.log").read_text()
 
 
-def test_past_its_deadline_the_hook_prints_nothing_and_exits_0(home, repos):
-    home.mkdir(parents=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # an owner that never answers
-    listener.bind(str(socket_path(home.resolve())))
+@contextmanager
+def fake_owner(home: Path, answer: bytes | None) -> Iterator[None]:
+    """A socket where the owner's would be, that never answers (`answer` None) or answers a
+    request's line with `answer`."""
+    home.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(socket_path(home)))
     listener.listen()
     accepted: list[socket.socket] = []
-    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+
+    def serve() -> None:
+        accepted.append(conn := listener.accept()[0])
+        if answer is not None:
+            conn.makefile("rb").readline()
+            conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
     try:
-        done = run_hook(home.resolve(), event("UserPromptSubmit", repos["payments"], prompt="payment broker"),
-                        "--deadline", "0.5")
+        yield
     finally:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+@pytest.mark.parametrize("name, answer, said", [
+    ("UserPromptSubmit", None, "UserPromptSubmit: no answer within 0.5 s"),
+    ("SessionStart", None, "SessionStart: no answer within 0.5 s"),
+    ("UserPromptSubmit", b'{"error": "StoreError", "message": "the store file is damaged"}\n',
+     "UserPromptSubmit: RuntimeError: the store file is damaged"),
+])
+def test_past_its_deadline_or_on_an_error_the_hook_prints_nothing_and_its_log_line_names_the_event(
+        home, repos, name, answer, said):
+    extra = {"prompt": "which broker carries payment events?"} if name == "UserPromptSubmit" else {"source": "startup"}
+    with fake_owner(home.resolve(), answer):
+        done = run_hook(home.resolve(), event(name, repos["payments"], **extra), "--deadline", "0.5")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-    assert "no answer within 0.5 s" in (home / "hook.log").read_text()
+    [logged] = (home / "hook.log").read_text().splitlines()
+    assert logged.endswith(f" hook: {said}") and "broker" not in logged
 
 
 @pytest.mark.anyio
