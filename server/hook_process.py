@@ -35,7 +35,7 @@ MAX_EVENT_BYTES = 1 << 20
 DEADLINE_S = 2.0
 OWNER_IDLE_EXIT_S = 3600  # an owner the hook started leaves after an hour without a call
 STARTING_S = 60  # an owner started this recently may still be opening the store: do not start another
-LOG_BYTES = 1 << 20  # hook.log is rotated to hook.log.1 past this
+LOG_BYTES = 1 << 20  # hook.log is rotated to hook.log.1 past this, owner.log (the owner's --log-file) too
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -176,8 +176,9 @@ def hook_output(event_name: str, context: str) -> str:
 
 def start_owner(home: Path) -> str:
     """Start `agentmemrec owner` in its own session, so the next event finds the store open; it
-    leaves by itself after an hour without a call. It logs to HOME/owner.log (the last one's in
-    owner.log.1). Returns what happened, for the hook's log line."""
+    leaves by itself after an hour without a call. It logs to HOME/owner.log, moved to owner.log.1
+    here as it starts, and by the owner itself past LOG_BYTES (a busy one lives for days).
+    Returns what happened, for the hook's log line."""
     import subprocess  # noqa: PLC0415 - only on the path that needs it
 
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -194,9 +195,11 @@ def start_owner(home: Path) -> str:
     if path.exists():
         path.replace(home / "owner.log.1")
     with open(path, "ab") as errors:
+        # stderr is the file too: what fails before the owner opens its log (an import) is kept
         subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "owner", "--idle-exit",
-                          str(OWNER_IDLE_EXIT_S)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=errors, start_new_session=True, env={**os.environ, HOME_ENV: str(home)})
+                          str(OWNER_IDLE_EXIT_S), "--log-file", str(path.absolute())], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True,
+                         env={**os.environ, HOME_ENV: str(home)})
     return f"no process owned the store: started one for the next prompt, logging to {path}"
 
 
