@@ -8,8 +8,8 @@ never break a prompt:
   process that owns the store, which has the models and indexes loaded, over its socket;
 - past `--deadline` seconds, on any error, and when no owner runs (it then starts one, detached,
   for the next prompt, logging to `HOME/owner.log`) it prints nothing and exits 0; every event
-  leaves one line in `HOME/hook.log` (what was added, or why nothing: never the prompt's text),
-  never on stdout;
+  leaves one line in `HOME/hook.log`, naming the event once read (what was added, or why
+  nothing: never the prompt's text), never on stdout;
 - stdout carries the hook JSON and nothing else.
 """
 
@@ -35,7 +35,7 @@ MAX_EVENT_BYTES = 1 << 20
 DEADLINE_S = 2.0
 OWNER_IDLE_EXIT_S = 3600  # an owner the hook started leaves after an hour without a call
 STARTING_S = 60  # an owner started this recently may still be opening the store: do not start another
-LOG_BYTES = 1 << 20  # hook.log is rotated to hook.log.1 past this
+LOG_BYTES = 1 << 20  # hook.log is rotated to hook.log.1 past this, owner.log (the owner's --log-file) too
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -105,16 +105,23 @@ def run(args: argparse.Namespace) -> int:
     if os.environ.get(STORE_ENV):  # every process opens a PostgreSQL store itself: no owner to ask
         log(home, f"{STORE_ENV} names a PostgreSQL store: use serve --http and its http hook instead")
         return 0
-    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, f"no answer within {args.deadline} s"))
+    name = None  # the event's, once read: each line names it, as respond's own lines do
+
+    def line(why: str) -> str:
+        return f"{name}: {why}" if name else why
+
+    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, line(f"no answer within {args.deadline} s")))
     signal.setitimer(signal.ITIMER_REAL, args.deadline)
     started = time.monotonic()
     try:
-        out = respond(args, home, sys.stdin.buffer.read(MAX_EVENT_BYTES), started)
+        event = json.loads(sys.stdin.buffer.read(MAX_EVENT_BYTES) or b"null")
+        name = event_name(event)
+        out = respond(args, home, event, started)
     except TimeoutError:  # the socket's own timeout, at the same deadline as the alarm
-        log(home, f"no answer within {args.deadline} s")
+        log(home, line(f"no answer within {args.deadline} s"))
         out = ""
     except Exception as exc:  # noqa: BLE001 - nothing may reach the prompt but the hook JSON
-        log(home, f"{type(exc).__name__}: {exc}")
+        log(home, line(f"{type(exc).__name__}: {exc}"))
         out = ""
     signal.setitimer(signal.ITIMER_REAL, 0)
     if out:
@@ -127,14 +134,20 @@ def _give_up(home: Path, why: str) -> None:
     os._exit(0)  # from the signal handler: nothing has been printed
 
 
-def respond(args: argparse.Namespace, home: Path, data: bytes, started: float) -> str:
-    """The hook JSON for one event, or "" for none; either way one line in hook.log says what was
-    done and why (the prompt's text is never logged)."""
-    event = json.loads(data or b"null")
+def event_name(event: Any) -> str | None:
+    """The event's name, if it is one the hook answers."""
     name = event.get("hook_event_name") if isinstance(event, dict) else None
-    if name not in EVENTS:
-        log(home, f"{'event ' + ascii(name)[:80] if isinstance(event, dict) else 'an event that is not a JSON object'}"
-                  f": nothing added (the hook answers {' and '.join(EVENTS)} events)")
+    return name if name in EVENTS else None
+
+
+def respond(args: argparse.Namespace, home: Path, event: Any, started: float) -> str:
+    """The hook JSON for one event (parsed JSON), or "" for none; either way one line in hook.log
+    says what was done and why (the prompt's text is never logged)."""
+    name = event_name(event)
+    if name is None:
+        what = (f"event {ascii(event.get('hook_event_name'))[:80]}" if isinstance(event, dict)
+                else "an event that is not a JSON object")
+        log(home, f"{what}: nothing added (the hook answers {' and '.join(EVENTS)} events)")
         return ""
     options = {"project": args.project, "budget": args.budget, "digest_budget": args.digest_budget,
                "project_map": str(args.project_map.expanduser().resolve()) if args.project_map else None}
@@ -163,8 +176,9 @@ def hook_output(event_name: str, context: str) -> str:
 
 def start_owner(home: Path) -> str:
     """Start `agentmemrec owner` in its own session, so the next event finds the store open; it
-    leaves by itself after an hour without a call. It logs to HOME/owner.log (the last one's in
-    owner.log.1). Returns what happened, for the hook's log line."""
+    leaves by itself after an hour without a call. It logs to HOME/owner.log, moved to owner.log.1
+    here as it starts, and by the owner itself past LOG_BYTES (a busy one lives for days).
+    Returns what happened, for the hook's log line."""
     import subprocess  # noqa: PLC0415 - only on the path that needs it
 
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -181,9 +195,11 @@ def start_owner(home: Path) -> str:
     if path.exists():
         path.replace(home / "owner.log.1")
     with open(path, "ab") as errors:
+        # stderr is the file too: what fails before the owner opens its log (an import) is kept
         subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "owner", "--idle-exit",
-                          str(OWNER_IDLE_EXIT_S)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=errors, start_new_session=True, env={**os.environ, HOME_ENV: str(home)})
+                          str(OWNER_IDLE_EXIT_S), "--log-file", str(path.absolute())], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True,
+                         env={**os.environ, HOME_ENV: str(home)})
     return f"no process owned the store: started one for the next prompt, logging to {path}"
 
 

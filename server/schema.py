@@ -198,7 +198,12 @@ class ProjectCount(BaseModel):
 
 
 class ProjectsResult(BaseModel):
-    projects: list[ProjectCount] = Field(description="The projects you may use, with their units by kind")
+    projects: list[ProjectCount] = Field(description="The projects you may use, in name order from `offset` on, "
+                                                     "with their units by kind, as many as fit a result a client "
+                                                     "takes whole")
+    projects_left_out: int = Field(0, description="Projects after these, left out to keep the result under "
+                                                  "20,000 tokens: `notes` says how to get them")
+    notes: list[str] = Field(default_factory=list, description="What was left out and how to get it")
 
 
 class UnitOut(BaseModel):
@@ -232,6 +237,8 @@ class UnitResult(BaseModel):
 
 FromChunk = Annotated[int, Field(description="The first chunk to show (`chunk` in the units, 0 for the "
                                              "item's start): to read on where a call left chunks out", ge=0)]
+ProjectOffset = Annotated[int, Field(description="How many projects, in name order, to skip (0: from the "
+                                                 "first): to read on where a call left projects out", ge=0)]
 WithDecisions = Annotated[bool, Field(
     description="Also return `in_force` and `replaced`: each shown decision's id, ref, title, status, date, "
                 "links and whole size, for a program that reads them; the context already names each by #id")]

@@ -23,6 +23,7 @@ from agentmemrec.server.schema import (
     FromChunk,
     Project,
     ProjectCount,
+    ProjectOffset,
     ProjectsResult,
     UnitOut,
     UnitRef,
@@ -101,15 +102,38 @@ def project_counts(kinds: dict[str, dict[str, int]], projects: Any) -> list[Proj
             for p in sorted(projects)]
 
 
+def projects_result(counts: list[ProjectCount], offset: int) -> ProjectsResult:
+    """`counts` (in name order) from `offset` on, while the result stays under MAX_RESULT_TOKENS:
+    about 27 tokens a project, so about 700 fit."""
+    if offset and offset >= len(counts):
+        raise InputError(f"offset {offset} is past the last project: you may use {len(counts)}; call with "
+                         "offset 0, or the one a previous call's notes named")
+    shown: list[ProjectCount] = []
+    room = MAX_RESULT_TOKENS - 200  # the other fields and the notes
+    for count in counts[offset:]:
+        cost = result_tokens(count.model_dump()) + 1  # and its comma
+        if cost > room:
+            break
+        shown.append(count)
+        room -= cost
+    left = len(counts) - offset - len(shown)
+    notes = [f"{left} more projects left out to keep the result under {MAX_RESULT_TOKENS} tokens: call "
+             f"list_projects again with offset={offset + len(shown)}"] if left else []
+    return ProjectsResult(projects=shown, projects_left_out=left, notes=notes)
+
+
 def add_views(server: MCPServer, tool: Callable[..., Any], core: Callable[..., Any],
               memory_of: Callable[[Context], Any], access_of: Callable[[Context], Any]) -> None:
     """Register the read-only tools with the server's own `tool` decorator and error mapping."""
 
     @tool(server, "List projects", read_only=True)
-    def list_projects(ctx: Context) -> ProjectsResult:
-        """List the projects you may use and how many turns, decisions and notes each holds."""
-        kinds = core(memory_of(ctx).call, "kinds")
-        return ProjectsResult(projects=project_counts(kinds, access_of(ctx).allowed))
+    def list_projects(ctx: Context, offset: ProjectOffset = 0) -> Annotated[CallToolResult, ProjectsResult]:
+        """List the projects you may use, in name order, and how many turns, decisions and notes
+        each holds. A result stays under 20,000 tokens (about 700 projects): past that,
+        `projects_left_out` counts the projects left out and `notes` gives the `offset` to call
+        again with."""
+        counts = project_counts(core(memory_of(ctx).call, "kinds"), access_of(ctx).allowed)
+        return json_result(core(projects_result, counts, offset).model_dump())
 
     @tool(server, "Decisions in force", read_only=True)
     def decisions_in_force(ctx: Context, project: Project = None, budget_tokens: DigestBudget = DIGEST_BUDGET,

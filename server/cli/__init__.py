@@ -66,7 +66,7 @@ def _run(argv: list[str], given: list[str]) -> int:
     if extra:  # told with the command's usage, not the top-level one
         args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = given  # what a result file says produced it
-    setup_logging(args.verbose)
+    setup_logging(args.verbose, getattr(args, "log_file", None))  # only `owner` takes --log-file
     try:
         return int(commands[args.command](args) or 0)
     except InputError as exc:

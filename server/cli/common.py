@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from agentmemrec.server.console import printable
+from agentmemrec.server.hook_process import LOG_BYTES
 from agentmemrec.server.settings import Settings
 
 
@@ -19,9 +22,37 @@ class PrintableFormatter(logging.Formatter):
         return printable(super().format(record))
 
 
-def setup_logging(verbose: bool) -> None:
+class LogFile(logging.StreamHandler):
+    """Log lines on stderr, which goes to `path`, appended, with all else that reaches stderr (a
+    traceback, a native library's message); past `max_bytes` the file moves to PATH.1 (the one
+    there before is dropped) and stderr starts a new one, so a process that runs for days (the
+    owner a hook starts) keeps at most about twice `max_bytes`."""
+
+    def __init__(self, path: Path, max_bytes: int = LOG_BYTES) -> None:
+        super().__init__(sys.stderr)
+        self.path, self.max_bytes = path, max_bytes
+        self._open()
+
+    def _open(self) -> None:
+        sys.stderr.flush()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(fd, sys.stderr.fileno())
+        os.close(fd)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        try:  # after a whole record, under the handler's lock: no line is split between the files
+            if os.fstat(sys.stderr.fileno()).st_size > self.max_bytes:
+                with contextlib.suppress(FileNotFoundError):  # someone removed it: start a new one
+                    self.path.replace(self.path.with_name(self.path.name + ".1"))
+                self._open()
+        except OSError:
+            pass  # a log that cannot be rotated must not stop the process
+
+
+def setup_logging(verbose: bool, log_file: Path | None = None) -> None:
     # stdout is the JSON-RPC stream in stdio mode: every log line goes to stderr.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(sys.stderr) if log_file is None else LogFile(log_file)
     handler.setFormatter(PrintableFormatter("agentmemrec %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(handlers=[handler], level=logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("bm25s").setLevel(logging.WARNING)

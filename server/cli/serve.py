@@ -69,6 +69,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                        "without serving MCP (`agentmemrec hook` starts one when none runs)")
     p.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
                    help="exit after this long without a call from another process (default: never)")
+    p.add_argument("--log-file", type=lambda text: Path(text).expanduser().absolute(), default=None,
+                   metavar="FILE", help="append the log, and whatever else reaches stderr (a traceback), to "
+                                        "FILE, moved to FILE.1 past 1 MiB (default: stderr; the owner a hook "
+                                        "starts logs to HOME/owner.log)")
     p.add_argument("--stop", action="store_true",
                    help="stop the process that owns the memory store (one a hook started, or a server) and exit")
     p.add_argument("--pool-size", type=at_least(0), default=DEFAULT_POOL,

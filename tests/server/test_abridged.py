@@ -9,11 +9,13 @@ import uuid
 
 import anyio
 import pytest
+from mcp import Client
 
 from agentmemrec.indexing.tokens import count_tokens
+from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import main
 
-from helpers import call, turn
+from helpers import call, call_error, settings_for, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -121,3 +123,26 @@ async def test_show_unit_of_a_long_note_comes_in_parts_under_a_tool_results_limi
     assert "agentmemrec show" in cut.structured_content["notes"][0]
     past = await client.call_tool("show_unit", {"ref": "ids", "from_chunk": 1})
     assert past.is_error and "past the item's last chunk, 0" in past.content[0].text
+
+
+async def test_list_projects_of_a_thousand_projects_comes_in_parts_under_a_tool_results_limit(home):
+    """A server's --allow or a team token may name hundreds of projects: about 27 tokens each, a
+    thousand were a 27,000-token result, which Claude Code refuses."""
+    names = [f"service-{i:04d}" for i in range(1000)]
+    async with Client(create_server(settings_for(home, "alpha", ",".join(names)))) as client:
+        await call(client, "remember", project="service-0900", items=[turn("The ledger retries webhooks.")])
+        listed, offset = [], 0
+        while True:
+            result = await client.call_tool("list_projects", {"offset": offset} if offset else {})
+            assert not result.is_error and count_tokens(result.content[0].text) <= 20_000
+            part = result.structured_content
+            listed += part["projects"]
+            if not part["projects_left_out"]:
+                break
+            offset = len(listed)
+            assert part["projects_left_out"] == 1001 - offset and f"offset={offset}" in part["notes"][0]
+        assert 0 < offset < 1000 and part["notes"] == []  # in two parts
+        assert [p["project"] for p in listed] == ["alpha", *names]  # in name order, each once
+        assert next(p for p in listed if p["project"] == "service-0900")["turns"] == 1
+        assert "offset: must be at least 0" in await call_error(client, "list_projects", offset=-1)
+        assert "past the last project" in await call_error(client, "list_projects", offset=1001)

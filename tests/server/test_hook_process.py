@@ -12,16 +12,18 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import anyio
 import pytest
 
 from agentmemrec.ranking.learned import weights_of
 from agentmemrec.server.hook_context import RELEVANCE_FLOOR, WEAK_SCORE, weak_evidence
-from agentmemrec.server.hook_process import PROMPT_BUDGET
+from agentmemrec.server.hook_process import LOG_BYTES, PROMPT_BUDGET
 from agentmemrec.server.owner import shared_memory
-from agentmemrec.server.owner_socket import socket_path
+from agentmemrec.server.owner_socket import NoOwner, ask, socket_path
 
 from helpers import settings_for, turn
 
@@ -254,22 +256,45 @@ def test_a_bad_option_never_blocks_the_prompt(home, repos, args, said):
     assert said in done.stderr and said in (home / "hook.log").read_text()
 
 
-def test_past_its_deadline_the_hook_prints_nothing_and_exits_0(home, repos):
-    home.mkdir(parents=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # an owner that never answers
-    listener.bind(str(socket_path(home.resolve())))
+@contextmanager
+def fake_owner(home: Path, answer: bytes | None) -> Iterator[None]:
+    """A socket where the owner's would be, that never answers (`answer` None) or answers a
+    request's line with `answer`."""
+    home.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(socket_path(home)))
     listener.listen()
     accepted: list[socket.socket] = []
-    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+
+    def serve() -> None:
+        accepted.append(conn := listener.accept()[0])
+        if answer is not None:
+            conn.makefile("rb").readline()
+            conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
     try:
-        done = run_hook(home.resolve(), event("UserPromptSubmit", repos["payments"], prompt="payment broker"),
-                        "--deadline", "0.5")
+        yield
     finally:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+@pytest.mark.parametrize("name, answer, said", [
+    ("UserPromptSubmit", None, "UserPromptSubmit: no answer within 0.5 s"),
+    ("SessionStart", None, "SessionStart: no answer within 0.5 s"),
+    ("UserPromptSubmit", b'{"error": "StoreError", "message": "the store file is damaged"}\n',
+     "UserPromptSubmit: RuntimeError: the store file is damaged"),
+])
+def test_past_its_deadline_or_on_an_error_the_hook_prints_nothing_and_its_log_line_names_the_event(
+        home, repos, name, answer, said):
+    extra = {"prompt": "which broker carries payment events?"} if name == "UserPromptSubmit" else {"source": "startup"}
+    with fake_owner(home.resolve(), answer):
+        done = run_hook(home.resolve(), event(name, repos["payments"], **extra), "--deadline", "0.5")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-    assert "no answer within 0.5 s" in (home / "hook.log").read_text()
+    [logged] = (home / "hook.log").read_text().splitlines()
+    assert logged.endswith(f" hook: {said}") and "broker" not in logged
 
 
 @pytest.mark.anyio
@@ -297,6 +322,39 @@ async def test_with_no_owner_the_hook_starts_one_and_the_next_prompt_gets_contex
     assert all("is not answering yet" in line or "no answer within" in line for line in logged[1:-1]), logged
     assert " hook: UserPromptSubmit in project payments: added" in logged[-1]
     assert "owning the memory store" in (home / "owner.log").read_text()  # the owner's own log
+
+
+@pytest.mark.anyio
+async def test_the_owner_a_hook_started_keeps_its_log_under_a_bound_however_long_it_runs(home, repos):
+    """It leaves after an hour without a call, so a busy one runs for days: past LOG_BYTES its
+    owner.log moves to owner.log.1 and the next lines, tracebacks too, start a new one."""
+    first = run_hook(home, event("SessionStart", repos["payments"], source="startup"))
+    assert (first.returncode, first.stdout) == (0, "")
+    try:
+        with anyio.fail_after(120):  # the owner opens the store in the background
+            while not await anyio.to_thread.run_sync(_answers, home):
+                await anyio.sleep(0.2)
+        calls = 0  # each failed call logs its traceback, which names the op: about 100 kB each
+        while not (home / "owner.log.1").exists():
+            assert calls < 2 * LOG_BYTES // 100_000, "owner.log was not moved past its bound"
+            with pytest.raises(RuntimeError, match="KeyError"):
+                ask(home, "no-such-op-" + "x" * 100_000, [], 30)
+            calls += 1
+        with pytest.raises(RuntimeError, match="KeyError"):
+            ask(home, "after-the-move", [], 30)
+    finally:
+        stop_started_owner(home)
+    before = (home / "owner.log.1").read_text()
+    assert "owning the memory store" in before and LOG_BYTES < len(before) < LOG_BYTES + 110_000
+    after = (home / "owner.log").read_text()
+    assert "KeyError: 'after-the-move'" in after and "no-such-op" not in after
+
+
+def _answers(home: Path) -> bool:
+    try:
+        return ask(home, "kinds", [], 30) == {}
+    except NoOwner:
+        return False
 
 
 def stop_started_owner(home: Path) -> None:
