@@ -231,6 +231,23 @@ def eval_coding(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list
     return grid(head, rows) + [eval_caption(paths, docs)]
 
 
+@kind("eval-unmatched")
+def eval_unmatched(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
+    """Slate completeness against the decisions a slate holds that no channel matched and the
+    question did not need (`unmatched` in ranking/slate.py), per slate, at each budget."""
+    rows, budgets = [], []
+    for doc in docs:
+        run, records = eval_records(doc)
+        for variant, recs in by_variant(records, listed(opts, "variants")).items():
+            budgets = sorted(recs)
+            rows.append([variant_label(variant), "cross-validated" if run.get("cv") else "held out",
+                         *[pct(recs[b]["slate_completeness"]) for b in budgets],
+                         *[num(recs[b]["unmatched_decisions_per_slate"], 2) for b in budgets]])
+    head = ["variant", "questions", *[f"slate at {b:,}" for b in budgets],
+            *[f"unmatched decisions a slate at {b:,}" for b in budgets]]
+    return grid(head, rows) + [eval_caption(paths, docs)]
+
+
 def auc_label(x: float | None) -> str:
     return "" if x is None else f"{x:.3f}"
 

@@ -155,7 +155,8 @@ def diagnose(store: Store, project: str, payload: dict[str, Any], ref: str, late
         if c is not None:
             stage = {"in_slate": "in_slate", "in_slate_as_successor": "in_slate",
                      "duplicate_in_slate": "in_slate",  # its text is in the slate, under its twin's id
-                     "left_out_superseded": "left_out_superseded"}.get(
+                     "left_out_superseded": "left_out_superseded",
+                     "left_out_unmatched": "left_out_unmatched"}.get(
                 c["outcome"], f"lost_to_{c['lost_to']}")
             results.append({"id": uid, "stage": stage, "rank": c["rank"]})
         elif uid in payload.get("successors", []):

@@ -230,15 +230,15 @@ class Memory:
 
     # ---- stages 2-4 -------------------------------------------------------------------------
 
-    def recall(self, project: str, query: str, budget: int = 2700,
-               as_of: datetime | str | None = None, pool_size: int | None = None) -> Slate:
-        """The four stages for one query; the explanation is saved under the slate's id.
-        `pool_size` is the caller's (None: this memory's configuration)."""
+    def recall(self, project: str, query: str, budget: int = 2700, as_of: datetime | str | None = None,
+               pool_size: int | None = None, matched_only: bool = False) -> Slate:
+        """The four stages for one query; the explanation is saved under the slate's id. `pool_size`
+        is the caller's (None: this memory's configuration); `matched_only` as for `build_slate`."""
         check_project(project)
         query, budget = check_query(query), check_budget(budget)
         pool_size = self.config.pool_size if pool_size is None else _check_pool(pool_size)
         selection = self.select(project, query, parse_time(as_of, "as_of"), pool_size)
-        slate = self.build(selection, budget)
+        slate = self.build(selection, budget, matched_only)
         notes = self.notes(project) + list(selection.notes)
         if not slate.items and self.store.count_units(project) == 0:
             notes.append(f"project {project!r} holds no units yet")
@@ -295,9 +295,9 @@ class Memory:
                 "ranker": model.meta.get("file") if model else self.ranker.name,
                 "ranker_code": model.code if model else None}
 
-    def build(self, selection: "Selection", budget: int) -> Slate:
+    def build(self, selection: "Selection", budget: int, matched_only: bool = False) -> Slate:
         """Stage 4: the slate for one budget."""
-        return build(selection, budget, self.slates.instance)
+        return build(selection, budget, self.slates.instance, matched_only)
 
     def warm(self, project: str) -> None:
         """Build every derived index of a project now rather than at the first recall, and read
@@ -412,14 +412,14 @@ class Memory:
         return payload
 
 
-def build(selection: Selection, budget: int, id_prefix: str = "") -> Slate:
+def build(selection: Selection, budget: int, id_prefix: str = "", matched_only: bool = False) -> Slate:
     """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with
     `id_prefix`). The id is decimal digits, which the tokenizer cuts into the same number of
     tokens whatever they are: with hex digits the slate's first line took 19 to 28 tokens, so the
     room left for items, and at the margin the items themselves, changed from one id to the next."""
     slate_id = "s_" + (id_prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
-                       selection.strength, selection.query)
+                       selection.strength, selection.query, matched_only)
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

@@ -31,8 +31,16 @@ MIN_EXCERPT = 150  # ... and at least this many tokens, when it is cut to what i
 HEADER_RESERVE = 8  # room kept for the section header a decision may open
 
 Outcome = Literal["in_slate", "in_slate_as_successor", "skipped_over_budget",
-                  "left_out_superseded", "duplicate_in_slate"]
+                  "left_out_superseded", "duplicate_in_slate", "left_out_unmatched"]
 DUPLICATE_MIN_WORDS = 8  # shorter turns ("Yes, I did!") say little alone and are never merged
+# A slate built with `matched_only` (the hook's) takes a decision only on some sign that it bears
+# on the question: BM25 ranks it within MATCHED_WITHIN["bm25"] or the dense channel within
+# MATCHED_WITHIN["dense"], the time the question names covers it, or the question asks about
+# decisions. Without one, only the ranker's prior for decisions put it there: it learned from the
+# coding set, where half the questions ask about a decision, that decisions often answer, and in a
+# project with many it fills a small slate with decisions about something else (docs/evaluation.md).
+MATCHED_WITHIN = {"bm25": 10, "dense": 100}
+ASKS_DECISIONS_RE = re.compile(r"\b(?:decid\w*|decisions?|adrs?)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -224,15 +232,29 @@ def duplicate_key(unit: Unit) -> tuple[str, str] | None:
     return (unit.kind, " ".join(words)) if len(words) >= DUPLICATE_MIN_WORDS else None
 
 
+def unmatched(sc: ScoredCandidate, asks_decisions: bool) -> bool:
+    """Whether `sc` is a decision with no sign that it bears on the question (`MATCHED_WITHIN`):
+    every channel that found it ranks it past its limit (a channel without one counts as a sign),
+    the question's time (the ranker's `date_gap`, when it has it) does not cover it, and the
+    question does not ask about decisions."""
+    if sc.unit.kind != "decision" or asks_decisions or (sc.features or {}).get("date_gap") == 0:
+        return False
+    hits = sc.candidate.channels
+    return bool(hits) and all(hit.rank > MATCHED_WITHIN.get(name, hit.rank) for name, hit in hits.items())
+
+
 def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], budget: int,
-                inputs: SlateInputs, strength: float | None = None, query: str = "") -> Slate:
+                inputs: SlateInputs, strength: float | None = None, query: str = "",
+                matched_only: bool = False) -> Slate:
     """Greedy fill in rank order. A superseded decision enters only together with its successor
     chain; if the chain does not fit, the superseded decision is left out. A unit whose text is
-    already in the slate (`duplicate_key`) is skipped."""
+    already in the slate (`duplicate_key`) is skipped. With `matched_only`, so is a decision
+    that nothing but the ranker's prior put where it ranks (`unmatched`)."""
     used = count_tokens(preamble(slate_id, project) + "\n")
     fixed = used
     costs = _Costs(inputs)
     limit, terms = budget // SLATE_SHARE, content_terms(query)
+    asks_decisions = bool(ASKS_DECISIONS_RE.search(query))
     chosen: list[tuple[Unit, int | None]] = []
     chosen_ids: set[int] = set()
     open_sections: set[tuple] = set()
@@ -243,6 +265,9 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     twins: dict[int, int] = {}  # a skipped duplicate's id -> its twin's
     for sc in ranked:
         if sc.unit.id in chosen_ids:
+            continue
+        if matched_only and unmatched(sc, asks_decisions):
+            outcomes[sc.unit.id] = "left_out_unmatched"
             continue
         key = duplicate_key(sc.unit)
         if key in shown:

@@ -114,7 +114,7 @@ def prompt_context(memory: Memory, project: str, prompt: Any, budget: int) -> di
     query = prompt.strip()[:MAX_QUERY_CHARS] if isinstance(prompt, str) else ""
     if prompt_words(query) < MIN_PROMPT_WORDS:
         return {"context": "", "why": "prompt too short to look up"}
-    slate = memory.recall(project, query, budget)
+    slate = memory.recall(project, query, budget, matched_only=True)
     weak = weak_evidence(slate, memory.models()["cross_encoder"])
     if weak:
         return {"context": "", "why": f"weak evidence (slate {slate.slate_id}, {weak})"}

@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import duckdb
 from tqdm import tqdm
@@ -41,7 +41,7 @@ from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranke
 from agentmemrec.ranking.loading import load_embedder
 from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build
 from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
-from agentmemrec.ranking.slate import Slate, SlateInputs
+from agentmemrec.ranking.slate import ASKS_DECISIONS_RE, Slate, SlateInputs, unmatched
 
 log = logging.getLogger(__name__)
 FEATURES_VARIANT = "features"
@@ -163,6 +163,7 @@ class VariantRun:
     outcomes: dict[int, list[Outcome]] = field(default_factory=dict)  # budget -> outcomes
     latency_ms: dict[int, list[float]] = field(default_factory=dict)
     unavailable: str | None = None
+    matched_only: bool = False  # slates built as the hook builds them (`build_slate`'s `matched_only`)
 
 
 def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str]:
@@ -172,24 +173,29 @@ def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str
     return set(random.Random(seed).sample(qids, limit))
 
 
-def _lost_to(selection: Selection, slate_ids: set[int], evidence: frozenset[str]) -> str | None:
+def _lost_to(selection: Selection, slate_ids: set[int], evidence: frozenset[str],
+             outcomes: Mapping[int, str]) -> str | None:
     """For a complete pool and incomplete slate: 'ranking' if some missing evidence unit ranked
-    below the last item that made the slate, else 'budget' (it ranked higher but did not fit)."""
+    below the last item that made the slate or was left out as unmatched (`build_slate`'s
+    `matched_only`), else 'budget' (it ranked higher but did not fit)."""
     cutoff = max((sc.rank for sc in selection.ranked if sc.unit.id in slate_ids), default=0)
-    missing = [sc.rank for sc in selection.ranked if sc.unit.ref in evidence and sc.unit.id not in slate_ids]
-    return "ranking" if any(r > cutoff for r in missing) else "budget"
+    missing = [sc for sc in selection.ranked if sc.unit.ref in evidence and sc.unit.id not in slate_ids]
+    return ("ranking" if any(sc.rank > cutoff or outcomes.get(sc.unit.id) == "left_out_unmatched" for sc in missing)
+            else "budget")
 
 
 def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: Sequence[int],
              limit: int | None = None, seed: int = 0, pool_size: int = DEFAULT_POOL,
              per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
-             keep: Keeper | None = None, cases: list[Case] | None = None) -> tuple[list[VariantRun], dict[str, float]]:
+             keep: Keeper | None = None, cases: list[Case] | None = None,
+             matched_only: bool = False) -> tuple[list[VariantRun], dict[str, float]]:
     """Run each variant on each question (of `cases`, read from `paths` if not given). With `keep`, the
     hidden features variant runs too and its selections go to `keep` (for cross-validated training)."""
     variants = check_variants(variants) + ([FEATURES_VARIANT] if keep is not None else [])
     cases = list(read_cases(dataset, paths)) if cases is None else cases
     chosen = select_questions(cases, limit, seed)
-    runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}) for v in variants}
+    runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}, matched_only=matched_only)
+            for v in variants}
     cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}
     config = RecallConfig(pool_size=pool_size)
     bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=False, mininterval=1.0)
@@ -285,9 +291,10 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
                                                 if sc.unit.project == q.project and sc.unit.ref in q.evidence},
                               "evidence_pool_rank": pool_rank,
                               "in_slate": {}, "slate_items": {}, "violations": {}}
+    by_id, asks = {sc.unit.id: sc for sc in selection.ranked}, bool(ASKS_DECISIONS_RE.search(q.text))
     for budget in budgets:
         t1 = time.perf_counter()
-        slate = build(selection, budget)
+        slate = build(selection, budget, matched_only=run.matched_only)
         run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
         # a turn stored in parts (indexing/units.py) is in the slate when each of its pooled parts is
         # a unit whose very text the slate shows under another id (a duplicate) is in it too
@@ -299,11 +306,14 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
                 ) - partial
         lost = None
         if q.evidence and q.evidence <= pool and not q.evidence <= refs:
-            lost = _lost_to(selection, ids, q.evidence)
+            lost = _lost_to(selection, ids, q.evidence, slate.outcomes)
         checks = slate_violations(slate, q.project, selection.inputs)
         missing = tuple(pool_rank.get(e) for e in sorted(q.evidence - refs))
+        off_topic = sum(it.unit.ref not in q.evidence and it.unit.id in by_id and unmatched(by_id[it.unit.id], asks)
+                        for it in slate.items)
         run.outcomes[budget].append(Outcome(q.category, q.evidence, pool, frozenset(refs), lost, q.qid,
-                                            q.answerable, *checks, selection.strength, missing, len(slate.items)))
+                                            q.answerable, *checks, selection.strength, missing, len(slate.items),
+                                            off_topic))
         record["in_slate"][str(budget)] = sorted(q.evidence & refs)
         record["slate_items"][str(budget)] = len(slate.items)
         if any(checks):
@@ -343,7 +353,8 @@ def records(dataset: str, runs: list[VariantRun], cost: dict[str, float]) -> lis
         for budget, outcomes in run.outcomes.items():
             lat = sorted(run.latency_ms[budget])
             out.append({
-                "dataset": dataset, "variant": run.name, "budget": budget,
+                "dataset": dataset, "variant": run.name + (" (hook slates)" if run.matched_only else ""),
+                "budget": budget,
                 "available": run.unavailable is None, "unavailable_reason": run.unavailable,
                 **summarize(outcomes), "by_category": by_category(outcomes),
                 "recall_p50_ms": statistics.median(lat) if lat else None,

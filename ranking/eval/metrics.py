@@ -39,6 +39,7 @@ class Outcome:
     strength: float | None = None  # the slate's evidence strength
     missing_pool_ranks: tuple[int | None, ...] = ()  # pool ranks of the evidence not in the slate (None: not in it)
     slate_items: int = 0
+    unmatched_decisions: int = 0  # decisions in the slate, not evidence, that no channel matched (`unmatched`)
 
     @property
     def pool_complete(self) -> bool:
@@ -112,6 +113,7 @@ def summarize(all_outcomes: list[Outcome]) -> dict[str, Any]:
         "multi_evidence_completeness": slate_completeness(multi),
         "missing_evidence_by_pool_rank": missing_by_pool_rank(failures),
         "slate_items_p50": statistics.median(o.slate_items for o in outcomes) if outcomes else None,
+        "unmatched_decisions_per_slate": statistics.mean(o.unmatched_decisions for o in outcomes) if outcomes else None,
         "leaked_questions": sorted(o.qid for o in all_outcomes if o.leaked),
         "misshown_questions": sorted(o.qid for o in all_outcomes if o.misshown),
         "orphaned_questions": sorted(o.qid for o in all_outcomes if o.orphaned),

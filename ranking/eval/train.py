@@ -129,10 +129,11 @@ def folds_of(groups: Sequence[Group], k: int, by_case: bool, seed: int) -> list[
 
 def cross_validate(groups: Sequence[Group], name: str, budgets: Sequence[int], k: int, by_case: bool,
                    drop: Sequence[str] = (), seed: int = 0,
-                   per_question: list[dict[str, Any]] | None = None, extra: Sequence[Group] = ()) -> VariantRun:
+                   per_question: list[dict[str, Any]] | None = None, extra: Sequence[Group] = (),
+                   matched_only: bool = False) -> VariantRun:
     """Each fold ranked by a model that never saw it (trained on the other folds and on `extra`,
     other datasets), its evidence strength fitted the same way; slates built and scored as in `eval`."""
-    run = VariantRun(name, {b: [] for b in budgets}, {b: [] for b in budgets})
+    run = VariantRun(name, {b: [] for b in budgets}, {b: [] for b in budgets}, matched_only=matched_only)
     for i, fold in enumerate(folds_of(groups, k, by_case, seed)):
         train = [g for g in groups if g.kept.question.qid not in fold] + list(extra)
         boosters, _ = train_ensemble(train, drop, seed, desc=f"{name}: fold {i + 1}/{k}")

@@ -51,6 +51,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--plot", type=Path, help="plot slate completeness against budget (PNG)")
     device_arg(p)
     _rerank_arg(p)
+    p.add_argument("--hook-slates", action="store_true",
+                   help="build slates as the Claude Code hook does: a decision that no channel matched "
+                        "is left out (see README, The slate)")
     p.add_argument("--no-cache", action="store_true",
                    help="do not reuse embeddings cached under $AGENTMEMREC_HOME/cache")
     p.add_argument("--ranker-model", type=Path, default=None,
@@ -182,12 +185,12 @@ def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[in
     extra = [g for source in also for g in _groups(source, args, models)]
     by_case = args.dataset in ("locomo", "coding")  # conversations and projects stay whole
     runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q,
-                           extra=extra)]
+                           extra=extra, matched_only=args.hook_slates)]
     ablations = _ablations()
     chosen = args.ablation or ([] if args.ablation is None else [n for n in ablations if n != "cross-encoder"])
     for name in chosen:
         runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case, ablations[name],
-                                   args.seed, extra=extra))
+                                   args.seed, extra=extra, matched_only=args.hook_slates))
     return runs
 
 
@@ -307,7 +310,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     kept: list[Any] = []
     runs, cost = ev.evaluate(args.dataset, args.paths, [v for v in variants if not (cv and v == "full")],
                              budgets, args.limit, args.seed, args.pool_size, per_q, models,
-                             kept.append if cv else None, cases)
+                             kept.append if cv else None, cases, args.hook_slates)
     if cv:
         runs += _cross_validated(args, kept, budgets, per_q, models, also)
     recs = ev.records(args.dataset, runs, cost)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from hypothesis import given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.candidates import Candidate
+from agentmemrec.ranking.candidates import Candidate, ChannelHit
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.digest import digest
 from agentmemrec.ranking.slate import (
@@ -98,6 +99,36 @@ def test_an_item_that_does_not_fit_is_skipped_and_the_walk_goes_on():
     slate = build_slate("s_x", "p", ranked_of([big, small]), 200, inputs_of([big, small]))
     assert [it.unit.id for it in slate.items] == [2]
     assert slate.outcomes == {1: "skipped_over_budget", 2: "in_slate"}
+
+
+def test_a_hook_slate_leaves_out_a_decision_that_nothing_but_its_kind_put_there():
+    def decision(i: int, text: str, **channels: int) -> ScoredCandidate:
+        unit = Unit(i, "p", "decision", text, 0, T0, i, ref=f"dec-{i}", title=text, status="accepted")
+        return ScoredCandidate(Candidate(unit, i, {n: ChannelHit(r, 1.0) for n, r in channels.items()}, 0.0),
+                               -float(i), i, features={"date_gap": 3.0})
+    turn = Unit(1, "p", "turn", "ruff enforces a line length of 120", 0, T0, 1, session="a", role="user")
+    ranked = [ScoredCandidate(Candidate(turn, 1, {"bm25": ChannelHit(1, 9.0)}, 0.0), 1.0, 1),
+              decision(2, "Scheduler locks in Postgres", dense=123),           # matched by neither channel
+              decision(3, "Logs are JSON lines", bm25=40, dense=340),          # the same
+              decision(4, "Ruff runs in CI with line length 120", bm25=2),     # BM25 found it
+              decision(5, "CI runs on GitHub Actions", dense=60),              # the dense channel did
+              decision(6, "Retries back off", other=500)]                      # a channel without a limit
+    inputs = inputs_of([sc.unit for sc in ranked])
+    question = "What line length does ruff enforce?"
+
+    def kept(query: str, matched_only: bool = True) -> list[int]:
+        return [it.unit.id for it in build_slate("s_x", "p", ranked, 2000, inputs, query=query,
+                                                 matched_only=matched_only).items]
+    assert kept(question, matched_only=False) == [1, 2, 3, 4, 5, 6]  # recall_slate's: the ranking decides
+    slate = build_slate("s_x", "p", ranked, 2000, inputs, query=question, matched_only=True)
+    assert [it.unit.id for it in slate.items] == [1, 4, 5, 6]
+    assert slate.outcomes[2] == slate.outcomes[3] == "left_out_unmatched"
+    assert "Scheduler locks" not in slate.context
+    # a question about decisions, or a time the question names that covers one, is a sign
+    assert kept("Which decisions did we take on logging?") == [1, 2, 3, 4, 5, 6]
+    dated = [replace(sc, features={"date_gap": 0.0}) if sc.unit.id == 3 else sc for sc in ranked]
+    assert [it.unit.id for it in build_slate("s_x", "p", dated, 2000, inputs, query=question,
+                                             matched_only=True).items] == [1, 3, 4, 5, 6]
 
 
 def test_sessions_render_in_chronological_order_with_their_start_date():

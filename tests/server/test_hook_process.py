@@ -170,6 +170,30 @@ def test_a_long_adr_reaches_the_prompt_and_the_session_start_as_an_excerpt_of_it
     assert "adr-2] decision (accepted, 2026-04-14): Kafka" in start  # the long one crowds out no other
 
 
+def test_a_prompt_gets_no_decision_that_nothing_but_its_kind_ranked_and_recall_slate_still_may(home, repos):
+    # BM25 finds the three hiring decisions only through "job", below the turns about the job
+    # itself (past MATCHED_WITHIN["bm25"]); with no embedder no other channel finds them.
+    shared = shared_memory(settings_for(home, "payments")).start()
+    try:
+        shared.remember("payments", [turn(f"The nightly settlement job failed on run {i}: the ledger "
+                                          f"export timed out and the settlement job was retried.", session="s1")
+                                     for i in range(12)] + [
+            {"kind": "decision", "ref": f"hire-{i}", "title": f"Hiring {i}", "at": "2026-01-10T09:00:00Z",
+             "text": f"We post the {team} job opening on the careers page only."}
+            for i, team in enumerate(("design", "sales", "support"))])
+        prompt = "what happens when the nightly settlement job fails?"
+        asked = shared.recall("payments", prompt, PROMPT_BUDGET)
+        assert "careers page" in asked.context  # the budget holds the whole pool: the ranking lets them in
+        context = context_of(run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt)),
+                             "UserPromptSubmit")
+        assert "ledger export timed out" in context and "careers page" not in context
+        slate_id = re.search(r"slate (s_\d+)", context).group(1)
+        outcomes = {c.get("ref"): c["outcome"] for c in shared.explain(slate_id, {"payments"})["candidates"]}
+        assert outcomes["hire-0"] == outcomes["hire-1"] == outcomes["hire-2"] == "left_out_unmatched"
+    finally:
+        shared.close()
+
+
 def test_a_prompt_the_memory_cannot_answer_gets_nothing(home, owner, repos):
     for prompt in ("rename parse_args to parse_cli everywhere", "yes"):
         done = run_hook(home, event("UserPromptSubmit", repos["payments"], prompt=prompt))

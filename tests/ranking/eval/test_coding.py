@@ -42,6 +42,19 @@ def test_coding_file_runs_end_to_end_with_every_check(home, tmp_path, capsys):
     assert "unanswerable questions and evidence strength" in table
 
 
+def test_eval_builds_the_hooks_slates_when_asked_and_counts_the_decisions_nothing_matched(home, tmp_path):
+    write_coding(tmp_path / "coding.json")
+    runs = {}
+    for flags in ([], ["--hook-slates"]):
+        out = tmp_path / f"r{len(flags)}.json"
+        assert main(["eval", "coding", str(tmp_path / "coding.json"), "--budget", "2700", "--json", str(out),
+                     *flags]) == 0
+        [runs[bool(flags)]] = json.loads(out.read_text())["records"]
+    assert (runs[False]["variant"], runs[True]["variant"]) == ("bm25", "bm25 (hook slates)")
+    assert runs[True]["unmatched_decisions_per_slate"] == 0 <= runs[False]["unmatched_decisions_per_slate"]
+    assert runs[True]["questions"] == runs[False]["questions"]
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(format="locomo"), "not a coding benchmark"),
     (lambda d: d["questions"][0].update(kind="trivia"), "unknown kind 'trivia'"),
