@@ -38,7 +38,7 @@ DUPLICATE_MIN_WORDS = 8  # shorter turns ("Yes, I did!") say little alone and ar
 # MATCHED_WITHIN["dense"], the time the question names covers it, or the question asks about
 # decisions. Without one, only the ranker's prior for decisions put it there: it learned from the
 # coding set, where half the questions ask about a decision, that decisions often answer, and in a
-# project with many it fills a small slate with decisions about something else (docs/evaluation.md).
+# project with many it fills a small slate with decisions about something else (docs/coding-benchmark.md).
 MATCHED_WITHIN = {"bm25": 10, "dense": 100}
 ASKS_DECISIONS_RE = re.compile(r"\b(?:decid\w*|decisions?|adrs?)\b", re.I)
 
