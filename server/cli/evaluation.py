@@ -53,7 +53,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     _rerank_arg(p)
     p.add_argument("--hook-slates", action="store_true",
                    help="build slates as the Claude Code hook does: a decision that no channel matched "
-                        "is left out (see README, The slate)")
+                        "is left out (docs/clients.md, The Claude Code hooks)")
     p.add_argument("--no-cache", action="store_true",
                    help="do not reuse embeddings cached under $AGENTMEMREC_HOME/cache")
     p.add_argument("--ranker-model", type=Path, default=None,
