@@ -7,7 +7,7 @@ it scored reaches that floor (server/hook_context.py; the `hook` signal is that 
 slate's evidence strength (ranking/strength.py, fitted with the ranker) is another candidate gate.
 This measures how well each separates prompts whose answer is stored from prompts about something
 else, through the product's own write and selection code (`Memory.remember`, then `Memory.recall`
-at the hook's budget):
+at the hook's budget, leaving out the decisions no channel matched as the hook does):
 
 - answerable, held out: the coding set's held-out file (bench/coding/coding-holdout.json), which
   no shipped ranker was trained on, each answerable question asked of its project at its time;
@@ -99,7 +99,7 @@ def measured(memory: Memory, project: str, query: str, as_of: Any = None) -> dic
     """What a hook could gate on for one prompt: the ranker's top score, the evidence strength and
     the best cross-encoder logit (-inf, 0 and -inf when nothing is eligible; NaN for a ranker
     without a strength model or a cross-encoder), and what the hook does (1: adds the slate)."""
-    slate = memory.recall(project, query, PROMPT_BUDGET, as_of=as_of)
+    slate = memory.recall(project, query, PROMPT_BUDGET, as_of=as_of, matched_only=True)  # as the hook asks
     strength = slate.evidence_strength if slate.items else 0.0
     cross_encoder = memory.models()["cross_encoder"]
     relevance = slate.top_relevance if slate.items else float("-inf")
