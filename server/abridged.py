@@ -72,6 +72,18 @@ def result_tokens(data: Any) -> int:
     return count_tokens(_compact(data))
 
 
+PAGE_ROOM = MAX_RESULT_TOKENS - 200  # a paged result's records; its other fields and notes take the rest
+
+
+def fitting(records: list[Any], room: int = PAGE_ROOM) -> int:
+    """How many of `records` (models, in order, each with its comma) fit `room` tokens together."""
+    for n, record in enumerate(records):
+        room -= result_tokens(record.model_dump()) + 1
+        if room < 0:
+            return n
+    return len(records)
+
+
 def items_fit(data: dict[str, Any]) -> dict[str, Any]:
     """`data`, a result with the `with_items` records asked for, if a client takes it whole."""
     if (size := result_tokens(data)) > MAX_RESULT_TOKENS:

@@ -14,7 +14,15 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.digest import Digest, digest
-from agentmemrec.server.abridged import MAX_RESULT_TOKENS, cut_to, items_fit, json_result, result_tokens
+from agentmemrec.server.abridged import (
+    MAX_RESULT_TOKENS,
+    PAGE_ROOM,
+    cut_to,
+    fitting,
+    items_fit,
+    json_result,
+    result_tokens,
+)
 from agentmemrec.server.schema import (
     MAX_TOOL_BUDGET,
     DecisionOut,
@@ -68,25 +76,18 @@ def decisions_result(found: Digest, budget: int, with_items: bool) -> DecisionsR
 def unit_result(project: str, units: list[Unit], first: int) -> UnitResult:
     """`units` (an item's chunks, in order) from chunk `first` on, while the result stays under
     MAX_RESULT_TOKENS; a chunk that alone is over it (a 128 KiB decision is one chunk) is cut."""
-    shown: list[UnitOut] = []
-    room = MAX_RESULT_TOKENS - 200  # the other fields and the notes
     rest = [u for u in units if u.chunk >= first]
     if not rest:
         raise InputError(f"from_chunk {first} is past the item's last chunk, {units[-1].chunk}; "
                          "pass a chunk that a previous call's notes named")
-    for unit in rest:
-        out = unit_out(unit)
-        cost = result_tokens(out.model_dump())
-        if cost > room and not shown:
-            out.text = cut_to(out.text, room - (cost - count_tokens(out.text)))
-            note = (f"chunk {unit.chunk}'s text is cut to fit a result a client takes whole: recall_slate "
-                    f"brings the part a query is about, `agentmemrec show '#{unit.id}'` prints it whole")
-            return UnitResult(project=project, units=[out], chunks_left_out=len(rest) - 1,
-                              notes=[note] + _more(rest[1:]))
-        if cost > room:
-            break
-        shown.append(out)
-        room -= cost
+    outs = [unit_out(u) for u in rest]
+    shown = outs[:fitting(outs)]
+    if not shown:
+        out, unit = outs[0], rest[0]
+        out.text = cut_to(out.text, PAGE_ROOM - (result_tokens(out.model_dump()) - count_tokens(out.text)) - 1)
+        note = (f"chunk {unit.chunk}'s text is cut to fit a result a client takes whole: recall_slate "
+                f"brings the part a query is about, `agentmemrec show '#{unit.id}'` prints it whole")
+        return UnitResult(project=project, units=[out], chunks_left_out=len(rest) - 1, notes=[note] + _more(rest[1:]))
     return UnitResult(project=project, units=shown, chunks_left_out=len(rest) - len(shown),
                       notes=_more(rest[len(shown):]))
 
@@ -108,14 +109,7 @@ def projects_result(counts: list[ProjectCount], offset: int) -> ProjectsResult:
     if offset and offset >= len(counts):
         raise InputError(f"offset {offset} is past the last project: you may use {len(counts)}; call with "
                          "offset 0, or the one a previous call's notes named")
-    shown: list[ProjectCount] = []
-    room = MAX_RESULT_TOKENS - 200  # the other fields and the notes
-    for count in counts[offset:]:
-        cost = result_tokens(count.model_dump()) + 1  # and its comma
-        if cost > room:
-            break
-        shown.append(count)
-        room -= cost
+    shown = counts[offset:offset + fitting(counts[offset:])]
     left = len(counts) - offset - len(shown)
     notes = [f"{left} more projects left out to keep the result under {MAX_RESULT_TOKENS} tokens: call "
              f"list_projects again with offset={offset + len(shown)}"] if left else []
