@@ -35,6 +35,7 @@ from agentmemrec.server.auth import (
     store_unavailable,
     warn_without_tokens,
 )
+from agentmemrec.server.clients import instructions
 from agentmemrec.server.owner import SharedMemory, shared_memory
 from agentmemrec.server.schema import (
     DEFAULT_BUDGET,
@@ -63,23 +64,6 @@ from agentmemrec.server.views import add_views
 
 log = logging.getLogger("agentmemrec")
 T = TypeVar("T")
-
-
-def instructions(settings: Settings) -> str:
-    """What the model is told at initialize, by what this server does on its own: with Claude Code's
-    sessions captured, turns are stored already; where hooks may answer (Claude Code, HTTP), a
-    slate may already be in the prompt's context."""
-    hooked = settings.capture_claude_code or settings.http
-    return " ".join(filter(None, [
-        "Long-term memory for this project. Call recall_slate at the start of a task and whenever earlier "
-        "decisions, conversations or notes may matter; it returns a compact, token-budgeted slate of evidence.",
-        "A slate for the prompt may already be in context (a block starting 'AgentMemRec:'): then recall only "
-        "for what it does not cover." if hooked else "",
-        "Conversation turns are stored as they happen: call remember for decisions (with status), facts and "
-        "file notes worth keeping." if settings.capture_claude_code else
-        "Call remember to store turns, decisions (with status) and file notes worth keeping.",
-        "Call explain_selection when a slate seems to miss something; list_projects, decisions_in_force and "
-        "show_unit show what memory holds."]))
 
 
 def _core(fn: Callable[..., T], *args: Any, refused: str = "", **kwargs: Any) -> T:
@@ -228,7 +212,9 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
     if settings.http:  # the SDK's bearer middleware answers 401 before any tool runs
         auth = {"token_verifier": StoreTokenVerifier(shared), "auth": auth_settings()}
     server = MemoryServer("agentmemrec", title="AgentMemRec", version=VERSION,
-                          instructions=instructions(settings), lifespan=lifespan, **auth)
+                          instructions=instructions(
+                              settings.capture_claude_code or settings.http, settings.capture_claude_code),
+                          lifespan=lifespan, **auth)
 
     if settings.http:  # Claude Code's http hooks, checked against the same bearer tokens
         server.custom_route(hook_http.PATH, methods=["POST"])(hook_http.claude_code_hook(shared, settings))

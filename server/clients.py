@@ -9,7 +9,9 @@ it added, the file as it was is kept beside it (`FILE.agentmemrec.bak`) before a
 - Claude Code: the server in `~/.claude.json` under the repository's folder (the "local" scope
   `claude mcp add` writes), the hooks in the repository's `.claude/settings.local.json` (private
   to you, not committed);
-- Cursor: the repository's `.cursor/mcp.json` (kept out of git like Claude Code's settings);
+- Cursor: the repository's `.cursor/mcp.json` and a project rule, `.cursor/rules/agentmemrec.mdc`,
+  that puts the server's instructions in every request (both kept out of git like Claude Code's
+  settings);
 - Claude Desktop: `claude_desktop_config.json` in `~/Library/Application Support/Claude` (macOS),
   `%APPDATA%\\Claude` (Windows) or `~/.config/Claude` (Linux builds).
 
@@ -44,6 +46,34 @@ HOOK_TIMEOUT_S = 5  # Claude Code's own limit, behind the hook's 2 s deadline
 RESTART = {"claude-code": "start a new Claude Code session in the repository",
            "cursor": "reload the Cursor window (or enable agentmemrec under Settings > MCP)",
            "claude-desktop": "quit and restart Claude Desktop"}
+
+
+RULE = ".cursor/rules/agentmemrec.mdc"  # Cursor's project rule, applied to every request
+RULE_MARK = "<!-- written by `agentmemrec setup cursor`; `agentmemrec setup cursor --remove` deletes it -->"
+
+
+def instructions(hooked: bool, captured: bool) -> str:
+    """What the model is told at initialize (and, in Cursor, by the rule setup writes), by what the
+    server does on its own: with Claude Code's sessions `captured`, turns are stored already;
+    where hooks may answer (`hooked`: Claude Code, HTTP), a slate may already be in context."""
+    return " ".join(filter(None, [
+        "Long-term memory for this project. Call recall_slate at the start of a task and whenever earlier "
+        "decisions, conversations or notes may matter; it returns a compact, token-budgeted slate of evidence.",
+        "A slate for the prompt may already be in context (a block starting 'AgentMemRec:'): then recall only "
+        "for what it does not cover." if hooked else "",
+        "Conversation turns are stored as they happen: call remember for decisions (with status), facts and "
+        "file notes worth keeping." if captured else
+        "Call remember to store turns, decisions (with status) and file notes worth keeping.",
+        "Call explain_selection when a slate seems to miss something; list_projects, decisions_in_force and "
+        "show_unit show what memory holds."]))
+
+
+def cursor_rule(project: str) -> str:
+    """Cursor's rule: the server's instructions in every request, whatever Cursor does with the
+    ones the server gives at initialize (its hooks cannot add a slate to a prompt)."""
+    return ("---\ndescription: AgentMemRec, this repository's long-term memory (MCP server agentmemrec)\n"
+            f"alwaysApply: true\n---\n{RULE_MARK}\n\n{instructions(hooked=False, captured=False)} "
+            f"This repository's memory is project {project}.\n")
 
 
 @dataclass(frozen=True)
@@ -149,6 +179,7 @@ def _client_changes(target: Target, remove: bool) -> list[Change]:
                     doc, target.repo, None if remove else target.project), private=True)])]
     if target.client == "cursor":
         return [_edit(target.repo / ".cursor" / "mcp.json", lambda doc: _set_server(doc, entry)),
+                _rule(target.repo / RULE, None if remove else cursor_rule(target.project)),
                 *([] if remove else _excluded(target.repo, PRIVATE["cursor"]))]
     path = desktop_config(target.user_dir, target.platform, {} if target.user_dir_given else None)
     return [_edit(path, lambda doc: _set_server(doc, entry))]
@@ -195,10 +226,11 @@ def _record(doc: dict[str, Any], target: Target, remove: bool) -> None:
         doc.setdefault(str(target.repo), {})[target.client] = target.project
 
 
-# The files setup writes into a repository hold absolute paths to this machine's install: kept out
-# of git (as Claude Code does for settings.local.json), with setup's backups beside them
+# The files setup writes into a repository are this machine's: absolute paths to its install, and
+# Cursor's rule naming tools a teammate without agentmemrec lacks; kept out of git (as Claude Code
+# does for settings.local.json), with setup's backups beside them
 PRIVATE = {"claude-code": (".claude/settings.local.json", ".claude/*.agentmemrec.bak"),
-           "cursor": (".cursor/mcp.json", ".cursor/*.agentmemrec.bak")}
+           "cursor": (".cursor/mcp.json", ".cursor/*.agentmemrec.bak", RULE, ".cursor/rules/*.agentmemrec.bak")}
 
 
 def tracked(repo: Path, name: str) -> bool:
@@ -229,13 +261,16 @@ def _excluded(repo: Path, private: tuple[str, ...]) -> list[Change]:
     if not missing:
         return [Change(path, before, before, note)]
     head = (before or "") + ("\n" if before and not before.endswith("\n") else "")
-    return [Change(path, before, head + "# agentmemrec setup: files that hold this machine's paths\n"
+    return [Change(path, before, head + "# agentmemrec setup: this machine's own files\n"
                    + "".join(f"{p}\n" for p in missing), note)]
 
 
 def apply(change: Change) -> Path | None:
-    """Write one change, keeping the file as it was beside it; returns the backup's path."""
-    assert change.after is not None, "a setup never deletes a file"
+    """Write one change, keeping the file as it was beside it; returns the backup's path. A file
+    setup wrote whole and `--remove` takes out (Cursor's rule) is deleted, with no backup."""
+    if change.after is None:
+        change.path.unlink()
+        return None
     backup = None
     if change.private:
         private_home(change.path.parent)  # made 0700, or refused if another user could write in it
@@ -273,6 +308,21 @@ def _edit(path: Path, edit: Callable[[dict[str, Any]], None], private: bool = Fa
     if after == doc:
         return Change(path, before, before, private=private)
     return Change(path, before, json.dumps(after, indent=2, ensure_ascii=False) + "\n", private=private)
+
+
+def _rule(path: Path, text: str | None) -> Change:
+    """A file that is ours whole: written as `text`, or (None) deleted while it carries our mark;
+    one whose mark was taken out is someone's own now, and is left."""
+    try:
+        before = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        before = None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text; move it aside, then run setup again (nothing was written)") from exc
+    if text is None and before is not None and RULE_MARK not in before:
+        return Change(path, before, before, f"{path} no longer carries setup's mark, so it was left as it is; "
+                                            "delete it if agentmemrec's instructions in it are not wanted")
+    return Change(path, before, text)
 
 
 def _map_repo(doc: dict[str, Any], repo: Path, project: str | None) -> None:

@@ -67,8 +67,11 @@ def cmd_setup(args: argparse.Namespace) -> int:
             emit(change.diff(), end="")
         else:
             backup = clients.apply(change)
-            emit(f"{change.path}: {'removed agentmemrec' if args.remove else 'updated'}"
-                 + (f" (the previous file is {backup})" if backup else " (new file)"))
+            if change.after is None:
+                emit(f"{change.path}: deleted (setup wrote it)")
+            else:
+                emit(f"{change.path}: {'removed agentmemrec' if args.remove else 'updated'}"
+                     + (f" (the previous file is {backup})" if backup else " (new file)"))
         if change.note:
             emit(f"note: {change.note}")
     if args.dry_run:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentmemrec.server.cli import main
-from agentmemrec.server.clients import desktop_config
+from agentmemrec.server.clients import desktop_config, instructions
 
 CLAUDE_JSON = {"numStartups": 12, "mcpServers": {"github": {"command": "gh-mcp"}},
                "projects": {"/elsewhere": {"mcpServers": {"db": {"command": "db-mcp"}}, "history": ["x"]}}}
@@ -225,6 +225,30 @@ def test_cursor_files_holding_this_machines_paths_stay_out_of_git(tmp_path, caps
     assert (repo / ".cursor" / "mcp.json.agentmemrec.bak").exists()
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
     assert "note:" not in capsys.readouterr().out
+
+
+def test_cursor_gets_a_rule_that_puts_the_memory_in_every_request_and_remove_deletes_only_ours(tmp_path, capsys):
+    """Cursor's hooks cannot add a slate to a prompt, and before, its agent heard of the memory
+    only in the instructions the server gives at initialize, which a client need not show it."""
+    user, repo = tmp_path / "user", tmp_path / "web-frontend"
+    user.mkdir()
+    git(tmp_path, "init", "-q", str(repo))
+    rule = repo / ".cursor" / "rules" / "agentmemrec.mdc"
+    assert setup(user, repo, "cursor") == 0
+    _, front, body = rule.read_text().split("---\n", 2)
+    assert "alwaysApply: true" in front.splitlines() and front.startswith("description: ")
+    assert instructions(hooked=False, captured=False) in body and "project web-frontend" in body
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""  # kept out of git
+    written = rule.read_bytes()
+    assert setup(user, repo, "cursor") == 0 and rule.read_bytes() == written
+    assert f"{rule}: already set up" in capsys.readouterr().out
+    assert setup(user, repo, "cursor", "--remove") == 0
+    assert not rule.exists() and f"{rule}: deleted (setup wrote it)" in capsys.readouterr().out
+    assert setup(user, repo, "cursor") == 0
+    rule.write_text("---\nalwaysApply: true\n---\nOur team's own words about agentmemrec.\n")  # made theirs
+    assert setup(user, repo, "cursor", "--remove") == 0
+    assert rule.read_text().endswith("own words about agentmemrec.\n")
+    assert f"note: {rule} no longer carries setup's mark, so it was left as it is" in capsys.readouterr().out
 
 
 def test_a_cursor_config_the_repository_tracks_is_left_tracked_and_setup_says_so(tmp_path, capsys):

@@ -15,6 +15,7 @@ from mcp import Client
 
 from agentmemrec.server.app import create_server
 from agentmemrec.server.cli import build_parser, main
+from agentmemrec.server.clients import instructions
 
 from helpers import BOTH, call, call_error, settings_for, turn
 
@@ -55,6 +56,7 @@ async def test_the_instructions_say_what_the_server_does_on_its_own(client, home
     """A server that captures Claude Code's sessions told the model to store every turn, and never
     that the prompt hook may have put a slate in context already."""
     assert "Call remember to store turns" in client.instructions and "AgentMemRec:" not in client.instructions
+    assert client.instructions == instructions(hooked=False, captured=False)  # what Cursor's rule repeats
     captures = replace(settings_for(home, "alpha"), capture_claude_code=True, claude_dir=tmp_path / "claude")
     async with Client(create_server(captures)) as captured:
         said = captured.instructions
