@@ -26,6 +26,7 @@ from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.ranking.slate import build_slate
+from agentmemrec.ranking.views import show
 from agentmemrec.server.cli import main
 
 from helpers import BagOfWords
@@ -216,6 +217,20 @@ def test_a_write_another_store_acknowledged_is_in_the_next_recall_before_its_not
     embed_pending(writer.dense.vectors, embedder)
     assert "new" in [i.unit.ref for i in reader.recall("p", "kafka partitions").items]
     assert reader.dense.snapshot("p").ids.size == 2
+    writer.close()
+    reader.close()
+
+
+def test_show_through_another_store_gives_a_rewritten_units_new_text_before_its_notify_is_heard(pg_url, monkeypatch):
+    """show_unit through a replica read the unit cache of the generation it last heard of: until
+    the rewrite's NOTIFY arrived, it showed the text that the rewrite had replaced."""
+    writer, reader = PostgresStore(pg_url), PostgresStore(pg_url)
+    writer.write("p", validate_batch([{"kind": "note", "ref": "n", "path": "cache.md", "text": "redis caches sessions"}]))
+    anyio.run(_until, lambda: reader.generations.listening)
+    assert [u.text for u in show(reader, "p", "n")] == ["redis caches sessions"]  # cached
+    monkeypatch.setattr(reader.generations, "forget", lambda key: None)  # its NOTIFY not heard yet
+    writer.write("p", validate_batch([{"kind": "note", "ref": "n", "path": "cache.md", "text": "valkey caches sessions"}]))
+    assert [u.text for u in show(reader, "p", "n")] == ["valkey caches sessions"]
     writer.close()
     reader.close()
 
