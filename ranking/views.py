@@ -13,6 +13,7 @@ def show(store: Store, project: str, ref: str) -> list[Unit]:
     """Every chunk of the item a ref (or an id, '#42') names, in order."""
     check_project(project)
     [ref] = check_names([ref], "ref")
+    store.refresh(project)  # its units are read through the cache: another process's rewrite is in it
     ids = store.ids_for(project, ref)
     if not ids:
         raise InputError(f"{ref!r} names no unit in project {project!r}{id_hint(ref)}; pass a ref, or "

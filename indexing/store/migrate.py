@@ -11,7 +11,8 @@ there is not undone by the next run. Unit ids are the target's own (a team datab
 developers' units): supersession links are mapped once a project's rows are in, and only fill
 links the target does not have, and vectors follow under the new ids, so nothing is embedded
 again. Tokens (only their hashes) come too, those whose projects are all among the ones copied; a
-name the target holds with another secret, or a secret revoked there, is reported and left out.
+name the target holds with another secret, or a secret revoked there, is reported and left out;
+a secret revoked here that the target still accepts is reported.
 Saved explanations do not come: they explain recalls the old store answered.
 """
 
@@ -46,6 +47,7 @@ class Moved:
     forgotten: int = 0  # units left out: forgotten in the target, never brought back
     conflicts: list[str] = field(default_factory=list)  # project/ref held with other content there
     tokens_left: list[str] = field(default_factory=list)  # "name (why)"
+    tokens_revoked: list[str] = field(default_factory=list)  # revoked in the source, accepted by the target
 
 
 def units_to_move(source: SqlStore, projects: list[str] | None = None) -> dict[str, int]:
@@ -75,6 +77,10 @@ def migrate(source: SqlStore, target: SqlStore, projects: list[str] | None = Non
 def _copy_tokens(source: SqlStore, target: SqlStore, projects: set[str] | None, moved: Moved) -> None:
     held = dict(target.fetch("SELECT name, secret_sha256 FROM tokens"))
     revoked = {h for (h,) in target.fetch("SELECT secret_sha256 FROM revoked_tokens")}
+    # a secret revoked here after an earlier run copied it: said, not revoked there, where the
+    # team may depend on it
+    revoked_here = {h for (h,) in source.fetch("SELECT secret_sha256 FROM revoked_tokens")}
+    moved.tokens_revoked = sorted(name for name, secret in held.items() if secret in revoked_here)
     for name, secret, names, at in source.fetch("SELECT name, secret_sha256, projects, created_at FROM tokens"):
         if projects is not None and not set(names) <= projects:
             moved.tokens_left.append(f"{name} (it reaches projects not copied)")

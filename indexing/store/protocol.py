@@ -113,7 +113,7 @@ class Store(Protocol):
 
     # what derived indexes follow
     def refresh(self, project: str) -> None:
-        """Before a recall: the project's cached generations made current (read-your-write)."""
+        """Before a recall or a show: the project's cached generations made current (read-your-write)."""
         ...
 
     def generation(self, project: str) -> int: ...

@@ -9,7 +9,9 @@ A process killed before its writer ran loses what was queued. So every slate id 
 log's instance (4 digits), and before the first id is handed out the instance is recorded in
 the store (a row of its own in the slates table, under no project), and again when it closes: an
 id of an instance that started and never closed, whose explanation is missing, was lost when
-that process stopped."""
+that process stopped. On a store that live processes share (PostgreSQL replicas), a slate
+recalled through one replica may be explained through another while the first still holds its
+explanation queued: that one waits for it, at most SHARED_WAIT_S, before saying it was lost."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -30,6 +33,8 @@ MAX_QUEUED = 64  # explanations waiting for the writer (each holds its recall's 
 QUEUE_WAIT_S = 10.0  # a writer that cannot store for this long is failing: the oldest is dropped
 STARTS = ""  # the project under which instances are recorded: no project has an empty name
 KEEP_STARTS = 1000  # instances remembered (a start and a close each)
+SHARED_WAIT_S = 5.0  # for another live process's queued explanation: its writer stores it within moments
+POLL_S = 0.05
 _running: "weakref.WeakSet[SlateLog]" = weakref.WeakSet()
 
 
@@ -77,8 +82,9 @@ class SlateLog:
             return self._instance
 
     def lost(self, slate_id: str) -> bool:
-        """Whether this id was handed out by another instance on this store, which stopped
-        without closing (so without storing what it had queued)."""
+        """Whether this id was handed out by another instance on this store that has not closed:
+        on a store only one process opens at a time, it stopped without storing what it had queued;
+        on a shared one, `load` has waited for it."""
         instance = slate_id[2:6]
         return (instance != self._instance and self.store.load_slate(_marker(instance, "started")) is not None
                 and self.store.load_slate(_marker(instance, "closed")) is None)
@@ -106,8 +112,21 @@ class SlateLog:
         queued = self._resolved(slate_id)
         if queued is not None:  # as it will read once stored: through JSON
             return queued[0], json.loads(json.dumps(queued[2]))
-        row = self.store.load_slate(slate_id)
+        row = self._stored(slate_id)
         return (row[0], json.loads(row[1])) if row else None
+
+    def _stored(self, slate_id: str) -> tuple[str, str] | None:
+        """The stored explanation; on a shared store, one another live process may still hold
+        queued is waited for (a recall through one replica, explained through another)."""
+        deadline, pause = time.monotonic() + SHARED_WAIT_S, POLL_S
+        while True:
+            # asked before reading: a closing process stores its queue before it says it closed
+            elsewhere = self.store.index_dir is None and self.lost(slate_id)
+            row = self.store.load_slate(slate_id)
+            if row is not None or not elsewhere or time.monotonic() >= deadline:
+                return row
+            time.sleep(pause)
+            pause = min(2 * pause, 0.8)  # a dozen reads in all for an id no process will store
 
     def _resolved(self, slate_id: str) -> tuple[str, datetime, dict[str, Any]] | None:
         with self._lock:

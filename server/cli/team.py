@@ -52,6 +52,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
              "brings a forgotten unit back (remember it there again if it should return)")
     if moved.tokens_left:
         emit(f"tokens not copied: {', '.join(moved.tokens_left)}")
+    if moved.tokens_revoked:
+        complain(f"tokens revoked here are still accepted by the target: {', '.join(moved.tokens_revoked)}; "
+                 "revoke them there if their secrets should stop working for the team too "
+                 "(agentmemrec tokens revoke NAME --store URL)")
     conflicts = list(dict.fromkeys(moved.conflicts))
     if conflicts:
         shown = ", ".join(conflicts[:20]) + (f" and {len(conflicts) - 20} more" if len(conflicts) > 20 else "")
@@ -60,7 +64,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                  f"migrate): {shown}. Rename the ref here, or forget it in the target (agentmemrec forget REF "
                  f"--project P --store URL), then run migrate again.")
         return 1
-    return 0
+    return 1 if moved.tokens_revoked else 0
 
 
 def _held(home: Path, exc: StoreLocked) -> str:

@@ -141,6 +141,24 @@ def test_tokens_follow_the_projects_copied_and_a_revoked_one_stays_revoked(local
     pg.close()
 
 
+def test_a_token_revoked_here_after_it_was_copied_is_named_with_how_to_revoke_it_in_the_target(local, pg_url, capsys):
+    """Before, the next migrate said nothing: the developer had revoked the secret, and the team's
+    replicas still accepted it."""
+    assert main(["migrate", "--to", pg_url]) == 0
+    assert main(["tokens", "revoke", "alice"]) == 0
+    capsys.readouterr()
+    assert main(["migrate", "--to", pg_url]) == 1
+    err = capsys.readouterr().err
+    assert "tokens revoked here are still accepted by the target: alice" in err
+    assert f"agentmemrec tokens revoke alice --store {pg_url}" not in err  # the URL may hold a password
+    assert "agentmemrec tokens revoke NAME --store URL" in err
+    pg = PostgresStore(pg_url)
+    assert [t.name for t in pg.tokens()] == ["alice"]  # the team's store is the team's to change
+    pg.close()
+    assert main(["tokens", "revoke", "alice", "--store", pg_url]) == 0
+    assert main(["migrate", "--to", pg_url]) == 0
+
+
 def test_migrate_refuses_a_project_the_store_does_not_hold_and_copies_nothing(local, pg_url, capsys):
     assert main(["migrate", "--to", pg_url, "--project", "nosuch"]) == 2
     assert "no project 'nosuch' in this store; its projects: p, q (nothing was copied)" in capsys.readouterr().err

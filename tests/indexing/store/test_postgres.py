@@ -17,7 +17,7 @@ import pytest
 
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
-from agentmemrec.indexing.errors import StoreError
+from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.lexical.index import Bm25Channel, LexicalIndex
 from agentmemrec.indexing.store.duckdb_store import DuckDBStore
 from agentmemrec.indexing.store.pg_migrations import MIGRATIONS
@@ -26,6 +26,7 @@ from agentmemrec.indexing.units import validate_batch
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel
 from agentmemrec.ranking.memory import Memory
 from agentmemrec.ranking.slate import build_slate
+from agentmemrec.ranking.views import show
 from agentmemrec.server.cli import main
 
 from helpers import BagOfWords
@@ -218,6 +219,55 @@ def test_a_write_another_store_acknowledged_is_in_the_next_recall_before_its_not
     assert reader.dense.snapshot("p").ids.size == 2
     writer.close()
     reader.close()
+
+
+def test_show_through_another_store_gives_a_rewritten_units_new_text_before_its_notify_is_heard(pg_url, monkeypatch):
+    """show_unit through a replica read the unit cache of the generation it last heard of: until
+    the rewrite's NOTIFY arrived, it showed the text that the rewrite had replaced."""
+    writer, reader = PostgresStore(pg_url), PostgresStore(pg_url)
+    writer.write("p", validate_batch([{"kind": "note", "ref": "n", "path": "cache.md", "text": "redis caches sessions"}]))
+    anyio.run(_until, lambda: reader.generations.listening)
+    assert [u.text for u in show(reader, "p", "n")] == ["redis caches sessions"]  # cached
+    monkeypatch.setattr(reader.generations, "forget", lambda key: None)  # its NOTIFY not heard yet
+    writer.write("p", validate_batch([{"kind": "note", "ref": "n", "path": "cache.md", "text": "valkey caches sessions"}]))
+    assert [u.text for u in show(reader, "p", "n")] == ["valkey caches sessions"]
+    writer.close()
+    reader.close()
+
+
+def test_a_slate_recalled_through_one_replica_is_explained_through_another_before_its_explanation_is_stored(
+        pg_url, monkeypatch):
+    """Replicas behind a load balancer: before, an explanation the recalling replica still held
+    queued (its writer stores it a moment later) was reported lost by any other replica, 'the
+    process that owned the memory store stopped', 3 times in 15 through real servers."""
+    embedder = BagOfWords()
+    recaller, explainer = memory_on(PostgresStore(pg_url), embedder), memory_on(PostgresStore(pg_url), embedder)
+    recaller.remember("p", [{"kind": "turn", "ref": "k", "text": "kafka partitions payment events"}])
+    asked = threading.Event()  # the explainer looked for the explanation and did not find it
+    save, load = recaller.store.save_slates, explainer.store.load_slate
+
+    def save_later(rows, keep):  # noqa: ANN001, ANN202 - the recaller's writer, held until asked
+        if any(project for _, project, _, _ in rows):
+            asked.wait(30)
+        return save(rows, keep)
+
+    def load_noting(slate_id):  # noqa: ANN001, ANN202
+        row = load(slate_id)
+        if row is None and not slate_id.endswith((":started", ":closed")):
+            asked.set()
+        return row
+    monkeypatch.setattr(recaller.store, "save_slates", save_later)
+    monkeypatch.setattr(explainer.store, "load_slate", load_noting)
+    slate = recaller.recall("p", "kafka partitions")
+    try:
+        why = explainer.explain(slate.slate_id, {"p"})
+        assert [c["ref"] for c in why["candidates"] if c["outcome"] == "in_slate"] == ["k"]
+        with pytest.raises(InputError, match="unknown slate id"):  # an id no replica handed out
+            explainer.explain("s_" + "0" * 16, {"p"})
+    finally:
+        asked.set()
+        recaller.close()
+        explainer.close()
 
 
 def test_a_replica_whose_embedder_is_idle_notes_the_units_another_replica_wrote_and_not_yet_embedded(pg_url):
