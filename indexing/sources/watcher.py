@@ -14,8 +14,10 @@ through `remember` are keyed by their plain path and are never touched.
 from __future__ import annotations
 
 import logging
+import stat
 import time
 from collections import Counter
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -331,20 +333,43 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
                       *, on_sync: Callable[[SyncReport], None] | None = None,
                       task_status: TaskStatus[SyncReport] = anyio.TASK_STATUS_IGNORED
                       ) -> None:
-    """Watch `folder` until cancelled. The first (empty) batch arrives once the OS watch is
-    live; the full reconciliation runs then, so no change can fall between scan and watch."""
+    """Watch `folder` until cancelled. The first (empty) batch of a watch arrives once the OS
+    watch is live; the full reconciliation runs then, so no change can fall between scan and watch.
+    The OS watch follows the folder it was given: when the folder is removed, moved away or replaced
+    (a branch checked out without it, then with it), its notes are reconciled as gone and the folder
+    made again is watched anew."""
     watcher = NoteWatcher(sink, project, folder, rules)
-    started = False  # events name paths under the folder as given: give the resolved one
-    async for changes in awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
-                                step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
-        if started and not changes:  # a quiet moment: notes left empty are empty now
-            report = await anyio.to_thread.run_sync(watcher.settle)
+    started = False
+    while True:
+        here = _identity(watcher.tree.folder)  # events name paths under the folder as given: give the resolved one
+        async with aclosing(awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
+                                   step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
+            scanned = False
+            async for changes in watching:
+                if _identity(watcher.tree.folder) != here:
+                    break
+                if scanned and not changes:  # a quiet moment: notes left empty are empty now
+                    report = await anyio.to_thread.run_sync(watcher.settle)
+                else:
+                    report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
+                    scanned = True
+                if not started:
+                    started = True
+                    task_status.started(report)
+                elif on_sync is not None and report.changed:
+                    on_sync(report)
+        if _identity(watcher.tree.folder) is None:  # gone: so are its notes, until it is back
+            report = await anyio.to_thread.run_sync(watcher.handle)
             if on_sync is not None and report.changed:
                 on_sync(report)
-            continue
-        report = await anyio.to_thread.run_sync(watcher.handle, changes if started else None)
-        if not started:
-            started = True
-            task_status.started(report)
-        elif on_sync is not None and report.changed:
-            on_sync(report)
+        while _identity(watcher.tree.folder) is None:
+            await anyio.sleep(WAKE_MS / 1000)
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at `folder` now (device and inode), None when none is."""
+    try:
+        found = folder.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None

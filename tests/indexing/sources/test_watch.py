@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -154,6 +155,22 @@ async def test_a_deleted_note_is_forgotten(memory, repo):
     assert change.forgotten == 1
     assert memory.store.count_units(PROJECT) == 0
     assert "bootstrap" not in context(memory, "bootstrap toolchain")
+
+
+async def test_a_watched_folder_removed_and_made_again_is_watched_anew(memory, repo):
+    """A branch checked out without the folder, then with it: the OS watch followed the removed
+    folder, so the one made again must be watched anew, and what it holds then reconciled."""
+    async with watching(memory, repo / "docs") as (_, reports):
+        shutil.rmtree(repo / "docs")
+        gone = await next_change(reports)
+        write(repo / "docs" / "adr" / "0003-rabbitmq.md", ADR_3)
+        back = await next_change(reports)
+        write(repo / "docs" / "guide.md", GUIDE)
+        edited = await next_change(reports)
+        os.rename(repo / "docs", repo / "docs-old")  # moved away: no event names its files
+        moved = await next_change(reports)
+    assert (gone.forgotten, back.paths, edited.paths) == (1, ("docs/adr/0003-rabbitmq.md",), ("docs/guide.md",))
+    assert moved.forgotten == 2 and memory.store.count_units(PROJECT) == 0
 
 
 async def test_a_burst_of_saves_is_one_reingest(memory, repo):
