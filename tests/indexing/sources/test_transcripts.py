@@ -210,6 +210,28 @@ async def test_capture_stores_lines_as_they_are_written_and_resumes_after_a_rest
 
 
 @pytest.mark.anyio
+async def test_capture_stores_the_sessions_of_a_folder_moved_in_while_it_runs(memory, claude, tmp_path):
+    """A folder moved in (or made with its first session before the OS watches it) names only
+    itself in the file-system events: its transcripts are read all the same."""
+    projects, payments, _ = claude
+    restored = tmp_path / "backup" / "-restored"
+    restored.mkdir(parents=True)
+    (restored / "sess-9.jsonl").write_text(line("user", "The ledger export runs at 02:00.", 90, payments,
+                                                session="sess-9") + "\n")
+    send, reports = anyio.create_memory_object_stream[ImportReport](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            await tg.start(partial(capture_claude_code, memory, projects, Target(frozenset({"payments"})),
+                                   tmp_path / "capture.json", on_sync=send.send_nowait))
+        restored.rename(projects / "-restored")
+        with anyio.fail_after(20):
+            report = await reports.receive()
+        tg.cancel_scope.cancel()
+    assert (report.lines, report.stored) == (1, 1)
+    assert "The ledger export runs at 02:00." in memory.recall("payments", "ledger export time").context
+
+
+@pytest.mark.anyio
 async def test_capture_stores_turns_with_line_separators_and_goes_past_a_nested_line(memory, claude, tmp_path):
     projects, payments, _ = claude
     odd_session(projects, payments)
