@@ -239,6 +239,8 @@ class NoteWatcher:
         kept = self.docs.get(rel)
         self._emptied.pop(rel, None)
         self.docs = {p: d for p, d in self.docs.items() if p != rel and not p.startswith(rel + "/")}
+        if self._through_folder_link(Path(path)):  # the OS watch enters a folder link; the scan does not
+            return
         if Path(path).is_dir():  # a folder created or moved in: its files gave no events
             self.docs.update(self._read_all(rel + "/"))
         elif Path(path).is_file():
@@ -251,6 +253,11 @@ class NoteWatcher:
                 self.docs[rel] = doc
             else:
                 self._skip(rel, doc)
+
+    def _through_folder_link(self, path: Path) -> bool:
+        """Whether `path` is a link to a folder or lies under one (below the watched folder)."""
+        above = [p for p in path.parents if p.is_relative_to(self.tree.folder) and p != self.tree.folder]
+        return (path.is_symlink() and path.is_dir()) or any(p.is_symlink() for p in above)
 
     def _read(self, rel: str, file: Path) -> Doc | Skip:
         if links_to_note(self.tree, self.rules, file):  # stored once, under the target's path

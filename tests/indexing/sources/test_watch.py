@@ -313,6 +313,21 @@ async def test_a_link_leading_out_of_the_repository_is_never_read(memory, repo, 
     assert stored == [] and "outside the repository" not in context(memory, "zebra credentials kept")
 
 
+async def test_a_link_to_a_folder_is_not_entered_while_watching_as_the_scan_does_not(memory, repo):
+    """The OS watch follows a folder link; the scan (and so every restart) does not enter it: a file
+    under it stored on an edit would be removed again at the next start."""
+    write(repo / "shared" / "ops.md", "# Ops\n\nRestart the zebra ledger with systemctl.")
+    (repo / "docs" / "shared").symlink_to("../shared", target_is_directory=True)
+    async with watching(memory, repo / "docs") as (first, reports):
+        write(repo / "shared" / "ops.md", "# Ops\n\nRestart the zebra ledger with kubectl.")
+        write(repo / "docs" / "shared" / "new.md", "A zebra note written through the link.")
+        (repo / "docs" / "later").symlink_to("../shared", target_is_directory=True)  # one made while watching
+        write(repo / "docs" / "zebra.md", "The one zebra note that counts.")  # a marker: the rest is done
+        change = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and change.paths == ("docs/zebra.md",)
+    assert {item.unit.path for item in memory.recall(PROJECT, "zebra").items} == {"docs/zebra.md"}
+
+
 async def test_a_link_to_a_note_in_the_folder_is_not_a_second_copy_that_goes_stale(memory, repo):
     """An edit of the target names only the target: a copy stored under the link's path would
     keep the old text. The note is stored once, under the target's path."""
