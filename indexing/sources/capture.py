@@ -204,7 +204,9 @@ class Tail:
         if self.state_file is None:
             return
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
+        # a temporary file of its own: two servers of one project (two sessions in one repository)
+        # capture together, and with a shared one each took the other's or found it gone
+        tmp = self.state_file.with_name(f"{self.state_file.name}.{os.getpid()}.{id(self)}.tmp")
         tmp.write_text(json.dumps(self.offsets))
         os.replace(tmp, self.state_file)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from agentmemrec.indexing.sources.capture import ImportReport, Target, capture_claude_code
+from agentmemrec.indexing.sources.capture import ImportReport, Tail, Target, capture_claude_code, transcript_files
 from agentmemrec.indexing.redact import redact
 from agentmemrec.indexing.sources.transcripts import convert_line
 from agentmemrec.server.app import create_server
@@ -229,6 +231,25 @@ async def test_capture_stores_the_sessions_of_a_folder_moved_in_while_it_runs(me
         tg.cancel_scope.cancel()
     assert (report.lines, report.stored) == (1, 1)
     assert "The ledger export runs at 02:00." in memory.recall("payments", "ledger export time").context
+
+
+def test_two_captures_saving_their_offsets_at_once_both_succeed(memory, claude, tmp_path, monkeypatch, caplog):
+    """Two servers of one project capture the same sessions and save offsets to one file; one's
+    save falls between the other's write and its rename."""
+    projects, _, _ = claude
+    files, state = transcript_files(projects), tmp_path / "capture" / "claude-code.payments.json"
+    first, second = Tail(state), Tail(state)
+    replace = os.replace
+
+    def interleaved(src: Any, dst: Any) -> None:
+        monkeypatch.setattr(os, "replace", replace)
+        second.ingest(memory, files, Target(frozenset({"payments"})))  # the other server's whole save
+        replace(src, dst)
+    monkeypatch.setattr(os, "replace", interleaved)
+    first.ingest(memory, files, Target(frozenset({"payments"})))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert Tail(state).offsets == first.offsets and len(first.offsets) == 2
+    assert [p.name for p in state.parent.iterdir()] == [state.name]  # no temporary file left
 
 
 @pytest.mark.anyio
