@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 import anyio
 from anyio.abc import TaskStatus
 from watchfiles import Change, awatch
+from watchfiles._rust_notify import WatchfilesRustInternalError
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.adr import assign_refs, decision_item, resolve_links
@@ -344,31 +345,36 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
     watch is live; the full reconciliation runs then, so no change can fall between scan and watch.
     The OS watch follows the folder it was given: when the folder is removed, moved away or replaced
     (a branch checked out without it, then with it), its notes are reconciled as gone and the folder
-    made again is watched anew."""
+    made again is watched anew, as it is after the watch fails."""
     watcher = NoteWatcher(sink, project, folder, rules)
     started = False
     while True:
         here = _identity(watcher.tree.folder)  # events name paths under the folder as given: give the resolved one
-        async with aclosing(awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
-                                   step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
-            scanned = False
-            async for changes in watching:
-                if _identity(watcher.tree.folder) != here:
-                    break
-                if scanned and not changes:  # a quiet moment: notes left empty are empty now
-                    report = await anyio.to_thread.run_sync(watcher.settle)
-                else:
-                    report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
-                    scanned = True
-                if not started:
-                    started = True
-                    task_status.started(report)
-                elif on_sync is not None and report.changed:
-                    on_sync(report)
+        try:
+            async with aclosing(awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
+                                       step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
+                scanned = False
+                async for changes in watching:
+                    if _identity(watcher.tree.folder) != here:
+                        break
+                    if scanned and not changes:  # a quiet moment: notes left empty are empty now
+                        report = await anyio.to_thread.run_sync(watcher.settle)
+                    else:
+                        report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
+                        scanned = True
+                    if not started:
+                        started = True
+                        task_status.started(report)
+                    elif on_sync is not None and report.changed:
+                        on_sync(report)
+        except* WatchfilesRustInternalError as failed:  # e.g. a file whose name is not UTF-8 was read
+            log.warning("note watcher %s: the file-system watch failed (%s); watching anew", watcher.tree.folder,
+                        failed.exceptions[0])
         if _identity(watcher.tree.folder) is None:  # gone: so are its notes, until it is back
             report = await anyio.to_thread.run_sync(watcher.handle)
             if on_sync is not None and report.changed:
                 on_sync(report)
+        await anyio.sleep(WAKE_MS / 1000)
         while _identity(watcher.tree.folder) is None:
             await anyio.sleep(WAKE_MS / 1000)
 

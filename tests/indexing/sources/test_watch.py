@@ -363,6 +363,26 @@ async def test_a_second_watcher_that_loses_the_race_for_a_change_warns_nothing(m
         PROJECT, "file:docs/old.md")
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+async def test_a_file_named_in_bytes_that_are_not_utf8_is_skipped_and_the_watch_outlives_reading_it(
+        memory, repo, caplog):
+    """watchfiles fails on an event for a name it cannot decode (reading the file is one): the
+    watcher does not read such a file, and watches anew when another program reads it."""
+    latin1 = os.fsencode(repo / "docs") + b"/caf\xe9.md"
+    write(Path(os.fsdecode(latin1)), "# Caf\xe9\n\nA note named in Latin-1.")
+    async with watching(memory, repo / "docs") as (first, reports):
+        with open(latin1, "rb") as fh:  # another program (an editor, grep) reads it
+            fh.read()
+        write(repo / "docs" / "zebra.md", "A zebra note written after the read.")
+        change = await next_change(reports)
+        write(repo / "docs" / "guide.md", GUIDE.replace("make bootstrap", "just setup"))
+        edited = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and not first.failed
+    assert (change.paths, edited.paths) == (("docs/zebra.md",), ("docs/guide.md",))
+    assert "docs/caf\\udce9.md not stored: its name is not UTF-8" in caplog.text.encode(
+        "utf-8", "backslashreplace").decode()
+
+
 def test_watch_says_why_a_note_is_not_stored(home, repo, capsys, caplog):
     write(repo / "docs" / "huge.md", "zebra " * 30_000)
     write(repo / "docs" / "latin1.md", "caf\xe9 notes".encode("latin-1"))
