@@ -204,13 +204,22 @@ class Tail:
         if self.state_file is None:
             return
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
+        # a temporary file of its own: two servers of one project (two sessions in one repository)
+        # capture together, and with a shared one each took the other's or found it gone
+        tmp = self.state_file.with_name(f"{self.state_file.name}.{os.getpid()}.{id(self)}.tmp")
         tmp.write_text(json.dumps(self.offsets))
         os.replace(tmp, self.state_file)
 
 
 def _is_transcript(change: Change, path: str) -> bool:
-    return change != Change.deleted and path.endswith(".jsonl")
+    """A transcript written, or a folder made or moved in (its files may give no events of their own:
+    those a new session folder holds before the OS watches it, those of a folder moved in)."""
+    return change != Change.deleted and (path.endswith(".jsonl") or Path(path).is_dir())
+
+
+def _changed_files(changes: Iterable[tuple[Change, str]]) -> list[Path]:
+    paths = {Path(p) for _, p in changes}
+    return sorted({f for p in paths for f in (p.rglob("*.jsonl") if p.is_dir() else [p])})
 
 
 async def capture_claude_code(sink: Sink, folder: Path, target: Target, state_file: Path | None = None,
@@ -225,7 +234,7 @@ async def capture_claude_code(sink: Sink, folder: Path, target: Target, state_fi
                                 step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
         if started and not changes:
             continue
-        files = sorted({Path(p) for _, p in changes}) if started else transcript_files(folder)
+        files = _changed_files(changes) if started else transcript_files(folder)
         report = await anyio.to_thread.run_sync(tail.ingest, sink, files, target)
         if not started:
             started = True

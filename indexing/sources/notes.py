@@ -32,7 +32,7 @@ BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "ta
 SNIFF_BYTES = 8192
 Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
                "unreadable", "outside-repository", "link-to-a-note", "link-to-a-skipped-file", "link-loop",
-               "not-a-file"]
+               "not-a-file", "name-not-utf-8"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class NoteRules:
         return any(fnmatch.fnmatch(name.lower(), g.lower()) for g in self.globs)
 
     def folder_skip(self, name: str) -> Skip | None:
+        if not utf8_name(name):
+            return "name-not-utf-8"
         if name.startswith("."):
             return "hidden"
         return "build-folder" if name in self.skip_dirs else None
@@ -171,6 +173,16 @@ def _folder_skip(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
     return "gitignored" if ignores.ignored(rel.rstrip("/"), True) else None
 
 
+def utf8_name(name: str) -> bool:
+    """Whether a name read from the file system is UTF-8 (Python keeps other bytes as surrogates).
+    Reading a file under another name makes the watch fail, so such files are not read at all."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
     """Why a file is not a note, from its path alone; None when it may be one."""
     parts = rel.split("/")
@@ -178,6 +190,8 @@ def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
         reason = rules.folder_skip(folder)
         if reason:
             return reason
+    if not utf8_name(parts[-1]):
+        return "name-not-utf-8"
     if parts[-1].startswith("."):
         return "hidden"
     if not rules.is_note_name(parts[-1]):
@@ -230,7 +244,8 @@ def skip_reason(reason: Skip, rules: NoteRules) -> str | None:
             "outside-repository": "it links to a file outside the repository",
             "link-to-a-skipped-file": "it links to a hidden, git-ignored or build-folder file",
             "link-loop": "it is a symbolic link loop",
-            "not-a-file": "not a regular file (a FIFO, socket or device)"}.get(reason)
+            "not-a-file": "not a regular file (a FIFO, socket or device)",
+            "name-not-utf-8": "its name is not UTF-8, which the file-system watch cannot name: rename it"}.get(reason)
 
 
 def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, tree: Tree) -> Doc | Skip:

@@ -14,8 +14,10 @@ through `remember` are keyed by their plain path and are never touched.
 from __future__ import annotations
 
 import logging
+import stat
 import time
 from collections import Counter
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -23,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 import anyio
 from anyio.abc import TaskStatus
 from watchfiles import Change, awatch
+from watchfiles._rust_notify import WatchfilesRustInternalError
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.adr import assign_refs, decision_item, resolve_links
@@ -237,6 +240,8 @@ class NoteWatcher:
         kept = self.docs.get(rel)
         self._emptied.pop(rel, None)
         self.docs = {p: d for p, d in self.docs.items() if p != rel and not p.startswith(rel + "/")}
+        if self._through_folder_link(Path(path)):  # the OS watch enters a folder link; the scan does not
+            return
         if Path(path).is_dir():  # a folder created or moved in: its files gave no events
             self.docs.update(self._read_all(rel + "/"))
         elif Path(path).is_file():
@@ -249,6 +254,11 @@ class NoteWatcher:
                 self.docs[rel] = doc
             else:
                 self._skip(rel, doc)
+
+    def _through_folder_link(self, path: Path) -> bool:
+        """Whether `path` is a link to a folder or lies under one (below the watched folder)."""
+        above = [p for p in path.parents if p.is_relative_to(self.tree.folder) and p != self.tree.folder]
+        return (path.is_symlink() and path.is_dir()) or any(p.is_symlink() for p in above)
 
     def _read(self, rel: str, file: Path) -> Doc | Skip:
         if links_to_note(self.tree, self.rules, file):  # stored once, under the target's path
@@ -331,20 +341,48 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
                       *, on_sync: Callable[[SyncReport], None] | None = None,
                       task_status: TaskStatus[SyncReport] = anyio.TASK_STATUS_IGNORED
                       ) -> None:
-    """Watch `folder` until cancelled. The first (empty) batch arrives once the OS watch is
-    live; the full reconciliation runs then, so no change can fall between scan and watch."""
+    """Watch `folder` until cancelled. The first (empty) batch of a watch arrives once the OS
+    watch is live; the full reconciliation runs then, so no change can fall between scan and watch.
+    The OS watch follows the folder it was given: when the folder is removed, moved away or replaced
+    (a branch checked out without it, then with it), its notes are reconciled as gone and the folder
+    made again is watched anew, as it is after the watch fails."""
     watcher = NoteWatcher(sink, project, folder, rules)
-    started = False  # events name paths under the folder as given: give the resolved one
-    async for changes in awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
-                                step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
-        if started and not changes:  # a quiet moment: notes left empty are empty now
-            report = await anyio.to_thread.run_sync(watcher.settle)
+    started = False
+    while True:
+        here = _identity(watcher.tree.folder)  # events name paths under the folder as given: give the resolved one
+        try:
+            async with aclosing(awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
+                                       step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
+                scanned = False
+                async for changes in watching:
+                    if _identity(watcher.tree.folder) != here:
+                        break
+                    if scanned and not changes:  # a quiet moment: notes left empty are empty now
+                        report = await anyio.to_thread.run_sync(watcher.settle)
+                    else:
+                        report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
+                        scanned = True
+                    if not started:
+                        started = True
+                        task_status.started(report)
+                    elif on_sync is not None and report.changed:
+                        on_sync(report)
+        except* WatchfilesRustInternalError as failed:  # e.g. a file whose name is not UTF-8 was read
+            log.warning("note watcher %s: the file-system watch failed (%s); watching anew", watcher.tree.folder,
+                        failed.exceptions[0])
+        if _identity(watcher.tree.folder) is None:  # gone: so are its notes, until it is back
+            report = await anyio.to_thread.run_sync(watcher.handle)
             if on_sync is not None and report.changed:
                 on_sync(report)
-            continue
-        report = await anyio.to_thread.run_sync(watcher.handle, changes if started else None)
-        if not started:
-            started = True
-            task_status.started(report)
-        elif on_sync is not None and report.changed:
-            on_sync(report)
+        await anyio.sleep(WAKE_MS / 1000)
+        while _identity(watcher.tree.folder) is None:
+            await anyio.sleep(WAKE_MS / 1000)
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at `folder` now (device and inode), None when none is."""
+    try:
+        found = folder.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None

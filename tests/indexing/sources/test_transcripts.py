@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from agentmemrec.indexing.sources.capture import ImportReport, Target, capture_claude_code
+from agentmemrec.indexing.sources.capture import ImportReport, Tail, Target, capture_claude_code, transcript_files
 from agentmemrec.indexing.redact import redact
 from agentmemrec.indexing.sources.transcripts import convert_line
 from agentmemrec.server.app import create_server
@@ -207,6 +209,47 @@ async def test_capture_stores_lines_as_they_are_written_and_resumes_after_a_rest
     slate = memory.recall("payments", "ledger index migration 42")
     assert "[#" in slate.context and "Done: migration 42 adds the ledger index." in slate.context
     assert memory.store.count_units("payments") == 8
+
+
+@pytest.mark.anyio
+async def test_capture_stores_the_sessions_of_a_folder_moved_in_while_it_runs(memory, claude, tmp_path):
+    """A folder moved in (or made with its first session before the OS watches it) names only
+    itself in the file-system events: its transcripts are read all the same."""
+    projects, payments, _ = claude
+    restored = tmp_path / "backup" / "-restored"
+    restored.mkdir(parents=True)
+    (restored / "sess-9.jsonl").write_text(line("user", "The ledger export runs at 02:00.", 90, payments,
+                                                session="sess-9") + "\n")
+    send, reports = anyio.create_memory_object_stream[ImportReport](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            await tg.start(partial(capture_claude_code, memory, projects, Target(frozenset({"payments"})),
+                                   tmp_path / "capture.json", on_sync=send.send_nowait))
+        restored.rename(projects / "-restored")
+        with anyio.fail_after(20):
+            report = await reports.receive()
+        tg.cancel_scope.cancel()
+    assert (report.lines, report.stored) == (1, 1)
+    assert "The ledger export runs at 02:00." in memory.recall("payments", "ledger export time").context
+
+
+def test_two_captures_saving_their_offsets_at_once_both_succeed(memory, claude, tmp_path, monkeypatch, caplog):
+    """Two servers of one project capture the same sessions and save offsets to one file; one's
+    save falls between the other's write and its rename."""
+    projects, _, _ = claude
+    files, state = transcript_files(projects), tmp_path / "capture" / "claude-code.payments.json"
+    first, second = Tail(state), Tail(state)
+    replace = os.replace
+
+    def interleaved(src: Any, dst: Any) -> None:
+        monkeypatch.setattr(os, "replace", replace)
+        second.ingest(memory, files, Target(frozenset({"payments"})))  # the other server's whole save
+        replace(src, dst)
+    monkeypatch.setattr(os, "replace", interleaved)
+    first.ingest(memory, files, Target(frozenset({"payments"})))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert Tail(state).offsets == first.offsets and len(first.offsets) == 2
+    assert [p.name for p in state.parent.iterdir()] == [state.name]  # no temporary file left
 
 
 @pytest.mark.anyio

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -156,6 +157,22 @@ async def test_a_deleted_note_is_forgotten(memory, repo):
     assert "bootstrap" not in context(memory, "bootstrap toolchain")
 
 
+async def test_a_watched_folder_removed_and_made_again_is_watched_anew(memory, repo):
+    """A branch checked out without the folder, then with it: the OS watch followed the removed
+    folder, so the one made again must be watched anew, and what it holds then reconciled."""
+    async with watching(memory, repo / "docs") as (_, reports):
+        shutil.rmtree(repo / "docs")
+        gone = await next_change(reports)
+        write(repo / "docs" / "adr" / "0003-rabbitmq.md", ADR_3)
+        back = await next_change(reports)
+        write(repo / "docs" / "guide.md", GUIDE)
+        edited = await next_change(reports)
+        os.rename(repo / "docs", repo / "docs-old")  # moved away: no event names its files
+        moved = await next_change(reports)
+    assert (gone.forgotten, back.paths, edited.paths) == (1, ("docs/adr/0003-rabbitmq.md",), ("docs/guide.md",))
+    assert moved.forgotten == 2 and memory.store.count_units(PROJECT) == 0
+
+
 async def test_a_burst_of_saves_is_one_reingest(memory, repo):
     async with watching(memory, repo / "docs") as (_, reports):
         generation = memory.store.generation(PROJECT)
@@ -296,6 +313,21 @@ async def test_a_link_leading_out_of_the_repository_is_never_read(memory, repo, 
     assert stored == [] and "outside the repository" not in context(memory, "zebra credentials kept")
 
 
+async def test_a_link_to_a_folder_is_not_entered_while_watching_as_the_scan_does_not(memory, repo):
+    """The OS watch follows a folder link; the scan (and so every restart) does not enter it: a file
+    under it stored on an edit would be removed again at the next start."""
+    write(repo / "shared" / "ops.md", "# Ops\n\nRestart the zebra ledger with systemctl.")
+    (repo / "docs" / "shared").symlink_to("../shared", target_is_directory=True)
+    async with watching(memory, repo / "docs") as (first, reports):
+        write(repo / "shared" / "ops.md", "# Ops\n\nRestart the zebra ledger with kubectl.")
+        write(repo / "docs" / "shared" / "new.md", "A zebra note written through the link.")
+        (repo / "docs" / "later").symlink_to("../shared", target_is_directory=True)  # one made while watching
+        write(repo / "docs" / "zebra.md", "The one zebra note that counts.")  # a marker: the rest is done
+        change = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and change.paths == ("docs/zebra.md",)
+    assert {item.unit.path for item in memory.recall(PROJECT, "zebra").items} == {"docs/zebra.md"}
+
+
 async def test_a_link_to_a_note_in_the_folder_is_not_a_second_copy_that_goes_stale(memory, repo):
     """An edit of the target names only the target: a copy stored under the link's path would
     keep the old text. The note is stored once, under the target's path."""
@@ -329,6 +361,26 @@ async def test_a_second_watcher_that_loses_the_race_for_a_change_warns_nothing(m
     assert not lost.failed and not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert memory.store.ids_for(PROJECT, "file:docs/handbook.md") and not memory.store.ids_for(
         PROJECT, "file:docs/old.md")
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+async def test_a_file_named_in_bytes_that_are_not_utf8_is_skipped_and_the_watch_outlives_reading_it(
+        memory, repo, caplog):
+    """watchfiles fails on an event for a name it cannot decode (reading the file is one): the
+    watcher does not read such a file, and watches anew when another program reads it."""
+    latin1 = os.fsencode(repo / "docs") + b"/caf\xe9.md"
+    write(Path(os.fsdecode(latin1)), "# Caf\xe9\n\nA note named in Latin-1.")
+    async with watching(memory, repo / "docs") as (first, reports):
+        with open(latin1, "rb") as fh:  # another program (an editor, grep) reads it
+            fh.read()
+        write(repo / "docs" / "zebra.md", "A zebra note written after the read.")
+        change = await next_change(reports)
+        write(repo / "docs" / "guide.md", GUIDE.replace("make bootstrap", "just setup"))
+        edited = await next_change(reports)
+    assert first.paths == ("docs/guide.md",) and not first.failed
+    assert (change.paths, edited.paths) == (("docs/zebra.md",), ("docs/guide.md",))
+    assert "docs/caf\\udce9.md not stored: its name is not UTF-8" in caplog.text.encode(
+        "utf-8", "backslashreplace").decode()
 
 
 def test_watch_says_why_a_note_is_not_stored(home, repo, capsys, caplog):
