@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.sources.transcripts import ProjectMap
@@ -25,7 +25,7 @@ from agentmemrec.ranking.digest import digest
 from agentmemrec.ranking.learned import weights_of
 from agentmemrec.ranking.memory import MAX_QUERY_CHARS, MIN_BUDGET, Memory
 from agentmemrec.ranking.slate import Slate
-from agentmemrec.server.hook_process import DIGEST_BUDGET, MAX_HOOK_BUDGET, PROMPT_BUDGET
+from agentmemrec.server.hook_process import DIGEST_BUDGET, MAX_CONTEXT_CHARS, MAX_HOOK_BUDGET, PROMPT_BUDGET
 
 log = logging.getLogger("agentmemrec.hooks")
 
@@ -76,7 +76,7 @@ def caller_project(projects: ProjectMap, cwd: str | None, allowed: list[str]) ->
 
 
 def hook_budget(value: Any, default: int) -> int:
-    """A hook's budget: what fits the context a client takes whole (about 10,000 characters)."""
+    """A hook's budget in tokens (`within_reach` keeps its context to what the client takes whole)."""
     if value in (None, ""):
         return default
     try:
@@ -100,14 +100,35 @@ def answer(memory: Memory, event: Mapping[str, Any], options: Mapping[str, Any])
     name = event.get("hook_event_name")
     if name == "UserPromptSubmit":
         budget = hook_budget(options.get("budget"), PROMPT_BUDGET)
-        return {"project": project, **prompt_context(memory, project, event.get("prompt"), budget)}
+        return {"project": project, **within_reach(lambda b: prompt_context(memory, project, event.get("prompt"), b),
+                                                   budget)}
     if name == "SessionStart":
-        found = digest(project, memory.store.decisions(project),
-                       hook_budget(options.get("digest_budget"), DIGEST_BUDGET))
-        head = f"AgentMemRec: the decisions in force in project {project}, from its stored memory.\n"
-        return {"project": project, "context": head + found.context if found.context else "",
-                "why": "" if found.context else "no decision in force"}
+        budget = hook_budget(options.get("digest_budget"), DIGEST_BUDGET)
+        return {"project": project, **within_reach(lambda b: session_context(memory, project, b), budget)}
     return {"project": project, "context": "", "why": f"no context for {name!r} events"}
+
+
+def within_reach(context_for: Callable[[int], dict[str, str]], budget: int) -> dict[str, str]:
+    """`context_for(budget)`, within the MAX_CONTEXT_CHARS Claude Code passes on whole (past them the
+    model gets a preview and a file path). A budget is in tokens and prose runs to 5-6 characters a
+    token, so a budget near MAX_HOOK_BUDGET can go past them: then the context is made once more
+    under a budget smaller in proportion, and if that does not fit either, there is none."""
+    found = context_for(budget)
+    size = len(found["context"])
+    if size <= MAX_CONTEXT_CHARS:
+        return found
+    smaller = budget * MAX_CONTEXT_CHARS * 9 // (size * 10)  # a tenth to spare: the ratio varies by item
+    if smaller >= MIN_BUDGET and len((found := context_for(smaller))["context"]) <= MAX_CONTEXT_CHARS:
+        return found
+    return {"context": "", "why": f"{size} characters of context at {budget} tokens would be cut by the client; "
+                                  "lower the budget"}
+
+
+def session_context(memory: Memory, project: str, budget: int) -> dict[str, str]:
+    found = digest(project, memory.store.decisions(project), budget)
+    head = f"AgentMemRec: the decisions in force in project {project}, from its stored memory.\n"
+    return {"context": head + found.context if found.context else "",
+            "why": "" if found.context else "no decision in force"}
 
 
 def prompt_context(memory: Memory, project: str, prompt: Any, budget: int) -> dict[str, str]:

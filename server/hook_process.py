@@ -29,8 +29,8 @@ from agentmemrec.server.owner_socket import HOME_ENV, STORE_ENV, NoOwner, ask, d
 EVENTS = ("SessionStart", "UserPromptSubmit")
 EVENT_FIELDS = ("hook_event_name", "cwd", "prompt", "source", "session_id")
 PROMPT_BUDGET, DIGEST_BUDGET = 1200, 800
-MAX_HOOK_BUDGET = 2000  # about 8,000 characters: Claude Code takes about 10,000 whole
-MAX_CONTEXT_CHARS = 10_000  # longer additional context reaches the model as a cut preview
+MAX_HOOK_BUDGET = 2000  # 8,000 to 12,000 characters, by the text (hook_context.within_reach keeps it in reach)
+MAX_CONTEXT_CHARS = 10_000  # Claude Code passes on this much whole; longer, a preview and a file path
 MAX_EVENT_BYTES = 1 << 20
 DEADLINE_S = 2.0
 OWNER_IDLE_EXIT_S = 3600  # an owner the hook started leaves after an hour without a call
@@ -161,10 +161,6 @@ def respond(args: argparse.Namespace, home: Path, event: Any, started: float) ->
     where = f"{name} in project {reply.get('project')}"
     if not context:  # the reason, for whoever wonders why a prompt got no memory
         log(home, f"{where}: nothing added ({reply.get('why')})")
-        return ""
-    if len(context) > MAX_CONTEXT_CHARS:
-        log(home, f"{where}: nothing added ({len(context)} characters of context would be cut by the client; "
-                  "lower --budget)")
         return ""
     log(home, f"{where}: added {len(context)} characters")
     return hook_output(name, context)

@@ -21,7 +21,7 @@ import pytest
 
 from agentmemrec.ranking.learned import weights_of
 from agentmemrec.server.hook_context import RELEVANCE_FLOOR, WEAK_SCORE, weak_evidence
-from agentmemrec.server.hook_process import LOG_BYTES, PROMPT_BUDGET
+from agentmemrec.server.hook_process import LOG_BYTES, MAX_CONTEXT_CHARS, MAX_HOOK_BUDGET, PROMPT_BUDGET
 from agentmemrec.server.owner import shared_memory
 from agentmemrec.server.owner_socket import NoOwner, ask, socket_path
 
@@ -168,6 +168,26 @@ def test_a_long_adr_reaches_the_prompt_and_the_session_start_as_an_excerpt_of_it
     start = context_of(run_hook(home, event("SessionStart", repos["payments"], source="startup")), "SessionStart")
     assert f"[#{stored.id} adr:0007] decision (accepted, 2026-07-01): 7. Ledger reconciliation." in start
     assert "adr-2] decision (accepted, 2026-04-14): Kafka" in start  # the long one crowds out no other
+
+
+PROSE = ("the infrastructure team standardized idempotency requirements, authentication middleware, international "
+         "currency normalization and asynchronous notification delivery across every payment microservice.")
+
+
+def test_at_the_largest_budget_the_context_still_reaches_the_model_whole(home, owner, repos):
+    """Prose runs to 5-6 characters a token: at MAX_HOOK_BUDGET tokens a slate or a digest went past
+    the 10,000 characters Claude Code passes on whole, and the hook added nothing at all."""
+    owner.remember("payments", [turn(f"Settlement note {i}: {PROSE}", session=f"n{i}") for i in range(60)] + [
+        {"kind": "decision", "ref": f"std-{i}", "title": f"Settlement standard {i}", "text": f"{PROSE} {PROSE}"}
+        for i in range(20)])
+    prompt = "what did the infrastructure team standardize for settlement?"
+    assert len(owner.recall("payments", prompt, MAX_HOOK_BUDGET).context) > MAX_CONTEXT_CHARS  # too long at first
+    budget = str(MAX_HOOK_BUDGET)
+    for name, extra, option in (("UserPromptSubmit", {"prompt": prompt}, "--budget"),
+                                ("SessionStart", {"source": "compact"}, "--digest-budget")):
+        context = context_of(run_hook(home, event(name, repos["payments"], **extra), option, budget, "--deadline", "20"),
+                             name)
+        assert 0.8 * MAX_CONTEXT_CHARS < len(context) <= MAX_CONTEXT_CHARS and "idempotency" in context
 
 
 def test_a_prompt_gets_no_decision_that_nothing_but_its_kind_ranked_and_recall_slate_still_may(home, repos):

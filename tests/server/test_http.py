@@ -11,6 +11,7 @@ import httpx2
 import pytest
 
 from agentmemrec.server.cli import build_parser, main
+from agentmemrec.server.hook_process import MAX_CONTEXT_CHARS, MAX_HOOK_BUDGET
 
 from helpers import BOTH, call, call_error, free_port, http_server, mcp_client, serving, turn
 
@@ -119,6 +120,23 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
     assert any("denied: token 'bob' asked for project 'payments' over the hook" in line for line in server.log)
     assert any("no folder of 'C:\\\\Users\\\\alice\\\\scratch' names one of the token's projects (payments, ledger)"
                in line for line in server.log), server.log
+
+
+async def test_the_http_hook_keeps_a_large_budgets_context_to_what_claude_code_passes_on_whole(home, capsys, tmp_path):
+    prose = ("the infrastructure team standardized idempotency requirements, authentication middleware, international "
+             "currency normalization and asynchronous notification delivery across every payment microservice.")
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(turn(f"Settlement note {i}: {prose}", session=f"n{i}")) + "\n" for i in range(60)))
+    assert main(["import", str(items), "--project", "payments"]) == 0
+    capsys.readouterr()
+    secret = add_token(capsys, "alice", "payments")
+    prompt = {"session_id": "s", "cwd": "/tmp", "hook_event_name": "UserPromptSubmit",
+              "prompt": "what did the infrastructure team standardize for settlement?"}
+    async with http_server(home) as server, httpx2.AsyncClient(timeout=30) as http:
+        url = server.url.replace("/mcp", f"/hooks/claude-code?budget={MAX_HOOK_BUDGET}")
+        reply = await http.post(url, json=prompt, headers={"Authorization": f"Bearer {secret}"})
+        context = reply.json()["hookSpecificOutput"]["additionalContext"]
+        assert 0.8 * MAX_CONTEXT_CHARS < len(context) <= MAX_CONTEXT_CHARS  # past it, a preview and a file path
 
 
 async def test_http_hook_refuses_a_body_that_is_not_a_json_object_and_stays_up(home, capsys):
