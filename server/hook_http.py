@@ -1,6 +1,8 @@
 """Claude Code's `http` hooks on `serve --http`: the event JSON is POSTed to
 `/hooks/claude-code` and the answer is what `agentmemrec hook claude-code` would print, so no
 process starts per prompt. The bearer token decides which projects a caller may get context from.
+Claude Code runs no http hook on `SessionStart`: that event comes from a command hook that posts
+it here (`curl`, docs/clients.md).
 """
 
 from __future__ import annotations

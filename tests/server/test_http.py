@@ -4,7 +4,9 @@ on both backends."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+from pathlib import Path
 
 import anyio
 import httpx2
@@ -120,6 +122,55 @@ async def test_claude_codes_http_hook_answers_for_the_tokens_projects_only(home,
     assert any("denied: token 'bob' asked for project 'payments' over the hook" in line for line in server.log)
     assert any("no folder of 'C:\\\\Users\\\\alice\\\\scratch' names one of the token's projects (payments, ledger)"
                in line for line in server.log), server.log
+
+
+DOCS = Path(__file__).parents[2] / "docs" / "clients.md"
+RUNS_ON = {"SessionStart": {"command", "mcp_tool"}}  # the hooks reference: no http hook on SessionStart
+
+
+def documented_hooks(base: str) -> dict[str, list[dict]]:
+    """The hooks docs/clients.md has a team put in `.claude/settings.local.json`, aimed at `base`."""
+    block = DOCS.read_text().split("By hand, in\n`.claude/settings.local.json`:\n\n```json\n")[1].split("```")[0]
+    return json.loads(block.replace("http://127.0.0.1:8765", base))["hooks"]
+
+
+async def run_as_claude_code(http: httpx2.AsyncClient, hook: dict, event: dict, token: str) -> str:
+    """What one hook adds to the context as Claude Code runs it: a command's stdout on exit 0, a 2xx
+    answer's body (any other answer is a non-blocking error: nothing)."""
+    if hook["type"] == "command":
+        done = await anyio.run_process(["bash", "-c", hook["command"]], input=json.dumps(event).encode(),
+                                       check=False, env={**os.environ, "AGENTMEMREC_TOKEN": token})
+        assert done.returncode == 0, done.stderr  # any other code shows the user a hook error
+        return done.stdout.decode()
+    headers = {k: v.replace("$AGENTMEMREC_TOKEN", token if "AGENTMEMREC_TOKEN" in hook["allowedEnvVars"] else "")
+               for k, v in hook["headers"].items()}
+    reply = await http.post(hook["url"], json=event, headers=headers)
+    return reply.text if reply.is_success else ""
+
+
+async def test_the_documented_hooks_bring_memory_to_each_event_claude_code_runs_them_on(home, capsys, tmp_path):
+    """The docs had an http hook on SessionStart, which Claude Code ignores: a team's sessions never got
+    the decisions in force, at the start or after a compaction."""
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"kind": "decision", "ref": "adr-2", "title": "Kafka",
+                                 "text": "Payment events move to Kafka, partitioned by merchant id."}) + "\n")
+    assert main(["import", str(items), "--project", "payments-api"]) == 0
+    capsys.readouterr()
+    secret = add_token(capsys, "alice", "payments-api")
+    async with http_server(home) as server, httpx2.AsyncClient(timeout=30) as http:
+        hooks = documented_hooks(server.url.removesuffix("/mcp"))
+        for name, extra in (("UserPromptSubmit", {"prompt": "how are payment events partitioned in Kafka?"}),
+                            ("SessionStart", {"source": "compact"})):
+            [group] = hooks[name]
+            [hook] = group["hooks"]
+            assert hook["type"] in RUNS_ON.get(name, {"command", "http", "mcp_tool"}), (name, hook["type"])
+            event = {"session_id": "s", "transcript_path": "/dev/null", "cwd": "/home/alice/src/api",
+                     "hook_event_name": name, **extra}
+            out = json.loads(await run_as_claude_code(http, hook, event, secret))["hookSpecificOutput"]
+            assert out["hookEventName"] == name and "partitioned by merchant id" in out["additionalContext"]
+            assert await run_as_claude_code(http, hook, event, "amr_wrong") == ""  # refused: nothing, no error
+        nobody = documented_hooks(f"http://127.0.0.1:{free_port()}")["SessionStart"][0]["hooks"][0]
+        assert await run_as_claude_code(http, nobody, event, secret) == ""  # no server there: nothing, no error
 
 
 async def test_the_http_hook_keeps_a_large_budgets_context_to_what_claude_code_passes_on_whole(home, capsys, tmp_path):
