@@ -179,3 +179,10 @@ def test_a_ref_longer_than_any_stored_one_is_one_short_line_and_removes_nothing(
         _refused(["forget", "keep", long, "--project", "p"], "refs entry 2 has more than 512 characters", capsys)
     _refused(["show", "x" * 100_000, "--project", "p"], "ref entry 1 has more than 512 characters", capsys)
     assert main(["show", "keep", "--project", "p"]) == 0 and "keep me around" in capsys.readouterr().out
+
+
+def test_an_unknown_slate_id_is_named_cut_short_in_one_line(home, capsys):
+    _refused(["explain", "s_" + "9" * 100_000], "unknown slate id 's_99999999999", capsys)
+    _refused(["explain", "s_" + "9" * 100_000, "--ref", "x" * 100_000], "refs entry 1 has more than 512", capsys)
+    assert main(["explain", "x" * 100_000]) == 2
+    assert len(capsys.readouterr().err) < 300
