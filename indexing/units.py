@@ -124,11 +124,13 @@ def check_utf8(value: str, what: str) -> str:
 
 
 def check_names(values: Any, what: str) -> list[str]:
-    """A non-empty list of refs or ids, each a non-empty single line."""
+    """A non-empty list of refs or ids, each a non-empty single line of at most MAX_FIELD_CHARS."""
     if not isinstance(values, (list, tuple)) or not values or not all(
             isinstance(v, str) and v.strip() for v in values):
         raise InputError(f"{what} must be a non-empty list of refs or ids (e.g. 'adr-7' or '#42')")
-    for value in values:
+    for number, value in enumerate(values, 1):
+        if len(value.strip()) > MAX_FIELD_CHARS:  # no stored ref is longer; the message never echoes it
+            raise InputError(f"{what} entry {number} has more than {MAX_FIELD_CHARS} characters, longer than any ref")
         _one_line(check_utf8(value, what), f"{value!r}", what)
     return [v.strip() for v in values]
 

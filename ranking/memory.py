@@ -384,7 +384,7 @@ class Memory:
                              "the memory store stopped (crashed or was killed) before saving it; call "
                              "recall_slate again and explain the new slate")
         if saved is None or saved[0] not in allowed:
-            raise InputError(f"unknown slate id {slate_id!r}; pass the slate_id that recall_slate "
+            raise InputError(f"unknown slate id {str(slate_id)[:40]!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")
         project, payload = saved[0], unpack(saved[1])
         live = self.store.units(project, [c["id"] for c in payload["candidates"]])

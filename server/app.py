@@ -16,6 +16,7 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ValidationError
@@ -60,6 +61,7 @@ from agentmemrec.server.schema import (
 )
 from agentmemrec.server.settings import VERSION, Access, Settings
 from agentmemrec.server.sources import background_sources
+from agentmemrec.server.stdio_lines import Answering
 from agentmemrec.server.views import add_views
 
 log = logging.getLogger("agentmemrec")
@@ -92,6 +94,12 @@ class MemoryServer(MCPServer):
         tools = await super().list_tools()
         return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
                 for t in tools]
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's, but a request line whose JSON the SDK cannot read is answered, not dropped."""
+        async with stdio_server() as (read_stream, write_stream):
+            await self._lowlevel_server.run(Answering(read_stream, write_stream), write_stream,
+                                            self._lowlevel_server.create_initialization_options())
 
     def streamable_http_app(self, **kwargs: Any) -> Any:
         """The SDK's app, whose bearer middleware answers a token the store could not check with

@@ -19,7 +19,7 @@ import socket
 import socketserver
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -188,10 +188,9 @@ class _Owner:
     def answer(self, line: bytes) -> bytes:
         self.last_call = time.monotonic()
         try:
-            request = wire.loads(line)
-            op = request["op"]
-            caller = ModelChoices(**request["caller"]) if "caller" in request else None
-            return wire.dumps({"ok": wire.encode(op, self.run(op, request["args"], caller))})
+            op, args, caller = wire.request(line, self.ops, [f.name for f in fields(ModelChoices)])
+            caller = None if caller is None else ModelChoices(**caller)
+            return wire.dumps({"ok": wire.encode(op, self.run(op, args, caller))})
         except Exception as exc:  # every failure goes back to the caller, typed
             if not isinstance(exc, (InputError, StoreError)):
                 log.exception("a forwarded call failed")

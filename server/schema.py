@@ -79,14 +79,15 @@ WithItems = Annotated[bool, Field(
                 "result would pass 20,000 tokens: lower budget_tokens")]
 SlateId = Annotated[str, Field(description="The slate_id that recall_slate returned (s_ and 16 digits)",
                                max_length=64)]
-ExpectedRefs = Annotated[list[str] | None, Field(
+Name = Annotated[str, Field(max_length=MAX_FIELD_CHARS)]  # a ref, or an id written '#42'
+ExpectedRefs = Annotated[list[Name] | None, Field(
     description=f"Refs or ids ('#42') of facts you expected in the slate, at most {MAX_EXPECTED}: the "
                 "explanation says where each was lost", max_length=MAX_EXPECTED)]
 Others = Annotated[int, Field(
     description=f"How many candidates outside the slate to list, best-ranked first (0-{MAX_OTHERS}); the "
                 "slate's items and the candidates `refs` names are always listed",
     ge=0, le=MAX_OTHERS)]
-ForgetRefs = Annotated[list[str], Field(
+ForgetRefs = Annotated[list[Name], Field(
     description="Refs (every chunk of a note goes) or ids ('#42') to remove; unknown ones fail the "
                 "whole call", min_length=1, max_length=MAX_REFS)]
 UnitRef = Annotated[str, Field(description="A ref or an id ('#42') of the item to show",

@@ -9,10 +9,11 @@ same `Slate`, `remember` the same `WriteResult`s.
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import asdict, fields
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Mapping
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.sink import Ingested
@@ -39,6 +40,35 @@ def _default(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted(value)
     raise TypeError(f"{type(value).__name__} cannot cross the owner socket")
+
+
+def request(line: bytes, ops: Mapping[str, Callable[..., Any]],
+            caller_fields: Collection[str]) -> tuple[str, list[Any], dict[str, Any] | None]:
+    """A request line's op, args and caller, or an `InputError` for one that no owner could run,
+    naming what is wrong in a few words: the line may be megabytes, and the message is logged."""
+    try:
+        message = loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"a request is one JSON object a line; this one is not ({_cut(str(exc))})") from None
+    if not isinstance(message, dict):
+        raise InputError(f"a request is a JSON object, not {type(message).__name__}")
+    op, args, caller = message.get("op"), message.get("args"), message.get("caller")
+    if not isinstance(op, str) or op not in ops:
+        raise InputError(f"unknown operation {_cut(repr(op))}: is the process asking from another "
+                         f"agentmemrec version? This one answers {', '.join(sorted(ops))}")
+    if not isinstance(args, list):
+        raise InputError(f"a request's 'args' is a JSON array, not {type(args).__name__}")
+    if caller is not None and not (isinstance(caller, dict) and set(caller) <= set(caller_fields)):
+        raise InputError(f"'caller' is an object with some of the fields {', '.join(caller_fields)}")
+    try:
+        inspect.signature(ops[op]).bind(*args)
+    except TypeError as exc:
+        raise InputError(f"{op} takes other arguments than it was sent: {_cut(str(exc))}") from None
+    return op, args, caller
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def error_reply(exc: Exception) -> dict[str, Any]:

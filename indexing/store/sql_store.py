@@ -125,7 +125,8 @@ class SqlStore(ABC):
             resolved = {r: resolve_all(cur, project, r) for r in refs}
             missing = [r for r, ids in resolved.items() if not ids]
             if missing:
-                raise InputError(f"nothing to forget for {missing} in project {project!r}"
+                more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+                raise InputError(f"nothing to forget for {missing[:5]}{more} in project {project!r}"
                                  f"{''.join(map(id_hint, missing[:1]))}; "
                                  "pass refs, or ids written '#42', as a write or a slate returned them")
             ids = sorted({i for found in resolved.values() for i in found})

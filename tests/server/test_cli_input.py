@@ -168,3 +168,21 @@ def test_a_home_that_cannot_be_made_is_one_line_naming_it(tmp_path, command):
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith(f"agentmemrec: cannot create the memory store's home {home}: Not a directory")
     assert "set AGENTMEMREC_HOME to a folder you may write" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_ref_longer_than_any_stored_one_is_one_short_line_and_removes_nothing(home, tmp_path, capsys):
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "keep me around", "ref": "keep"}) + "\n")
+    assert main(["import", str(src), "--project", "p"]) == 0
+    capsys.readouterr()
+    for long in ("x" * 100_000, "x" * 100_000 + "\x01"):
+        _refused(["forget", "keep", long, "--project", "p"], "refs entry 2 has more than 512 characters", capsys)
+    _refused(["show", "x" * 100_000, "--project", "p"], "ref entry 1 has more than 512 characters", capsys)
+    assert main(["show", "keep", "--project", "p"]) == 0 and "keep me around" in capsys.readouterr().out
+
+
+def test_an_unknown_slate_id_is_named_cut_short_in_one_line(home, capsys):
+    _refused(["explain", "s_" + "9" * 100_000], "unknown slate id 's_99999999999", capsys)
+    _refused(["explain", "s_" + "9" * 100_000, "--ref", "x" * 100_000], "refs entry 1 has more than 512", capsys)
+    assert main(["explain", "x" * 100_000]) == 2
+    assert len(capsys.readouterr().err) < 300

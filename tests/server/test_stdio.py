@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import anyio
 import pytest
@@ -100,6 +101,43 @@ async def test_the_server_setup_configures_keeps_the_repositorys_adrs_in_memory(
                 await anyio.sleep(0.2)  # polling the condition, bounded by fail_after
     assert [i["ref"] for i in slate["items"]] == ["adr:0001"]
     assert "payments.events.v1" in slate["context"]
+
+
+def test_a_request_with_a_lone_surrogate_escape_is_answered_and_changes_nothing(tmp_path):
+    """JavaScript's JSON.stringify writes a string cut inside a character as `"\\ud800"`; the SDK's
+    parser refuses that line and dropped it unanswered, so the client waited for ever."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    lines = [json.dumps(initialize), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+             '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "remember", "arguments": '
+             '{"items": [{"kind": "turn", "text": "cut \\ud83d here"}]}}}',
+             '{"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "\\udc00"}}',
+             "not json at all",
+             json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list_projects"}})]
+    proc = subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "serve", "--project", "alpha"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "AGENTMEMREC_HOME": str(tmp_path / "home")})
+    watchdog = threading.Timer(120, proc.kill)  # a request left unanswered fails the test, never hangs it
+    watchdog.start()
+    answers: dict = {}
+    try:
+        proc.stdin.write("\n".join(lines) + "\n")
+        proc.stdin.flush()
+        while 4 not in answers and (line := proc.stdout.readline()):  # list_projects comes last
+            answers[json.loads(line).get("id")] = json.loads(line)
+        proc.stdin.close()
+        stderr = proc.stderr.read()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.wait()
+    refused = answers[2]["result"]
+    assert refused["isError"] and "not valid Unicode" in refused["content"][0]["text"]
+    assert "nothing was changed" in refused["content"][0]["text"]
+    assert answers[3]["error"]["code"] == -32602 and "lone surrogate" in answers[3]["error"]["message"]
+    assert answers[4]["result"]["structuredContent"]["projects"][0]["units"] == 0  # nothing was stored
+    assert "is not a JSON-RPC request; it was not answered: 'not json at all" in stderr
+    assert "Traceback" not in stderr
 
 
 @pytest.mark.parametrize("mode", ["stdio", "http"])

@@ -497,3 +497,19 @@ async def test_show_unit_reports_a_replaced_decision_as_superseded_as_slates_do(
     [q2] = (await call(client, "show_unit", ref="q-2"))["units"]
     assert (q1["status"], q1["superseded_by"]) == ("superseded", q2["id"]) and q2["status"] == "accepted"
     assert await _in_force(client) == {"q-1": "superseded", "q-2": "accepted"}
+
+
+async def test_a_ref_longer_than_any_stored_one_is_refused_in_a_few_words_and_removes_nothing(client):
+    """forget and explain_selection echoed every ref they were given: 1,000 refs of any length."""
+    await call(client, "remember", items=[turn("keep me around", ref="keep")])
+    slate = await call(client, "recall_slate", query="keep me around")
+    for tool, args in [("forget", {"refs": ["keep", "x" * 100_000]}),
+                       ("forget", {"refs": ["keep", "x" * 100_000 + "\x01"]}),
+                       ("explain_selection", {"slate_id": slate["slate_id"], "refs": ["x" * 100_000]})]:
+        msg = await call_error(client, tool, **args)
+        assert "refs entry 2: has more than 512 characters" in msg or "refs entry 1: has more than 512" in msg, msg
+        assert len(msg) < 300
+    msg = await call_error(client, "forget", refs=["keep"] + [f"{i}-" + "y" * 500 for i in range(999)])
+    assert "and 994 more" in msg and "nothing was removed" in msg and len(msg) < 3000
+    again = await call(client, "recall_slate", with_items=True, query="keep me around")
+    assert [i["ref"] for i in again["items"]] == ["keep"]

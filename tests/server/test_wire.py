@@ -107,3 +107,25 @@ def test_connections_beyond_the_limit_wait_for_a_thread(home, monkeypatch):
     finally:
         follower.close()
         owner.close()
+
+
+@pytest.mark.parametrize("line, fragment", [
+    (b'{"op": "no-such-op-' + b"x" * 100_000 + b'", "args": []}\n', "unknown operation 'no-such-op-xxx"),
+    (b'{"op": ["projects"], "args": []}\n', "unknown operation ['projects']"),
+    (b'{"op": "projects", "args": {"a": 1}}\n', "'args' is a JSON array, not dict"),
+    (b'{"op": "projects", "args": [], "caller": {"' + b"k" * 100_000 + b'": 1}}\n', "'caller' is an object"),
+    (b'{"op": "projects", "args": ["p", "q", "r"]}\n', "projects takes other arguments"),
+    (b'{"op": "recall", "args": ["p"]}\n', "recall takes other arguments"),
+    (b"\xff\xfe not json\n", "a request is one JSON object a line"),
+    (b"[" * 5000 + b"\n", "a request is one JSON object a line"),
+    (b'"op"\n', "a request is a JSON object, not str"),
+])
+def test_a_request_no_owner_could_run_is_an_input_error_in_a_few_words_and_no_traceback(pair, home, caplog,
+                                                                                          line, fragment):
+    _, follower = pair
+    with caplog.at_level("INFO"):
+        reply = json.loads(exchange(home, line))
+    assert reply["error"] == "input" and fragment in reply["message"], reply
+    assert len(reply["message"]) < 400  # the op (or key) is named cut short, never echoed whole
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING") or r.exc_info]
+    assert follower.projects() == {"p": 1}  # nothing written, still answering
