@@ -368,3 +368,22 @@ def test_a_huge_tool_error_is_redacted_only_as_far_as_the_cut_can_reach(monkeypa
     assert text.startswith("[tool result (error): [REDACTED:private-key] then [REDACTED:github-token] failed frame")
     assert GH_TOKEN[:10] not in text and "MIIEvQ" not in text
     assert len(error) > 5_000_000 and max(seen) < 100_000
+
+
+def test_a_text_block_holding_null_adds_nothing_to_its_turn(home, tmp_path, capsys):
+    """`{"type": "text", "text": null}` was stored as the word "None", alone or within a turn."""
+    cwd = tmp_path / "src" / "payments"
+    (cwd / ".git").mkdir(parents=True)
+    null = {"type": "text", "text": None}
+    session = tmp_path / "sess-5.jsonl"
+    session.write_text("\n".join([
+        line("assistant", [null, {"type": "text", "text": "The nightly ledger export retries five times."}], 1, cwd),
+        line("assistant", [null], 2, cwd),
+        line("user", [{"type": "tool_result", "tool_use_id": "t", "is_error": True,
+                       "content": [null, {"type": "text", "text": "ledger export exit 3"}]}], 3, cwd)]) + "\n")
+    assert main(["import", "claude-code", str(session), "--project", "payments"]) == 0
+    out = capsys.readouterr().out
+    assert "3 lines read, 2 turns stored" in out and "skipped 1 lines: empty 1" in out, out
+    context = recall("payments", "nightly ledger export retries exit", capsys)["context"]
+    assert "assistant: The nightly ledger export retries five times.\n" in context, context
+    assert "[tool result (error): ledger export exit 3]" in context and "None" not in context
