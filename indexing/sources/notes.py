@@ -22,6 +22,7 @@ import pathspec
 
 from agentmemrec.indexing.redact import redact
 from agentmemrec.indexing.sources.adr import Adr, parse_adr
+from agentmemrec.indexing.sources.fswatch import utf8_name
 from agentmemrec.indexing.units import MAX_TEXT_BYTES
 
 log = logging.getLogger(__name__)
@@ -171,16 +172,6 @@ def _folder_skip(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
         if reason:
             return reason
     return "gitignored" if ignores.ignored(rel.rstrip("/"), True) else None
-
-
-def utf8_name(name: str) -> bool:
-    """Whether a name read from the file system is UTF-8 (Python keeps other bytes as surrogates).
-    Reading a file under another name makes the watch fail, so such files are not read at all."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:

@@ -17,18 +17,17 @@ import logging
 import stat
 import time
 from collections import Counter
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import anyio
 from anyio.abc import TaskStatus
-from watchfiles import Change, awatch
-from watchfiles._rust_notify import WatchfilesRustInternalError
+from watchfiles import Change
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.adr import assign_refs, decision_item, resolve_links
+from agentmemrec.indexing.sources.fswatch import WAKE_MS, FileWatch
 from agentmemrec.indexing.sources.notes import (
     Doc,
     Ignores,
@@ -50,8 +49,6 @@ log = logging.getLogger(__name__)
 
 NOTE_PREFIX, ADR_PREFIX = "file:", "adr:"
 OWNED_PREFIXES = (NOTE_PREFIX, ADR_PREFIX)
-DEBOUNCE_MS, STEP_MS = 1600, 50  # watchfiles: a burst is grouped until 50 ms pass without events
-WAKE_MS = 250  # how soon the first (empty) batch tells the loop the OS watch is live
 EMPTY_GRACE_S = 2.0  # a note read empty counts as emptied once it stays so this long (`settle`)
 
 
@@ -345,36 +342,35 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
     watch is live; the full reconciliation runs then, so no change can fall between scan and watch.
     The OS watch follows the folder it was given: when the folder is removed, moved away or replaced
     (a branch checked out without it, then with it), its notes are reconciled as gone and the folder
-    made again is watched anew, as it is after the watch fails."""
+    made again is watched anew, as it is after the watch fails (`FileWatch`)."""
     watcher = NoteWatcher(sink, project, folder, rules)
-    started = False
+    watch, started = FileWatch(watcher.tree.folder, watcher.wants, "note watcher"), False
     while True:
         here = _identity(watcher.tree.folder)  # events name paths under the folder as given: give the resolved one
-        try:
-            async with aclosing(awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
-                                       step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
-                scanned = False
-                async for changes in watching:
-                    if _identity(watcher.tree.folder) != here:
-                        break
-                    if scanned and not changes:  # a quiet moment: notes left empty are empty now
-                        report = await anyio.to_thread.run_sync(watcher.settle)
-                    else:
-                        report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
-                        scanned = True
-                    if not started:
-                        started = True
-                        task_status.started(report)
-                    elif on_sync is not None and report.changed:
-                        on_sync(report)
-        except* WatchfilesRustInternalError as failed:  # e.g. a file whose name is not UTF-8 was read
-            log.warning("note watcher %s: the file-system watch failed (%s); watching anew", watcher.tree.folder,
-                        failed.exceptions[0])
-        if _identity(watcher.tree.folder) is None:  # gone: so are its notes, until it is back
-            report = await anyio.to_thread.run_sync(watcher.handle)
-            if on_sync is not None and report.changed:
-                on_sync(report)
-        await anyio.sleep(WAKE_MS / 1000)
+        async with watch.events() as watching:
+            scanned = False
+            async for changes in watching:
+                if _identity(watcher.tree.folder) != here:
+                    break
+                if scanned and not changes:  # a quiet moment: notes left empty are empty now
+                    report = await anyio.to_thread.run_sync(watcher.settle)
+                else:
+                    report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
+                    scanned = True
+                if not started:
+                    started = True
+                    task_status.started(report)
+                elif on_sync is not None and report.changed:
+                    on_sync(report)
+        # the folder went (so do its notes, until it is back) or was replaced, or the watch failed: what
+        # it missed is read now (a watch may fail each time it starts: see FileWatch.pause)
+        report = await anyio.to_thread.run_sync(watcher.handle)
+        if not started:
+            started = True
+            task_status.started(report)
+        elif on_sync is not None and report.changed:
+            on_sync(report)
+        await watch.pause()
         while _identity(watcher.tree.folder) is None:
             await anyio.sleep(WAKE_MS / 1000)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,39 @@ async def test_capture_stores_the_sessions_of_a_folder_moved_in_while_it_runs(me
     assert (report.lines, report.stored) == (1, 1)
     assert "The ledger export runs at 02:00." in memory.recall("payments", "ledger export time").context
 
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+@pytest.mark.anyio
+async def test_capture_outlives_a_session_folder_named_in_bytes_that_are_not_utf8(memory, claude, tmp_path, caplog):
+    """watchfiles fails on an event for a name it cannot decode (its own start lists the folder, and
+    Claude Code writes in it): capture stopped for the server's life. Now it reads no such folder, and
+    after each failure it reads what is new and watches anew."""
+    projects, payments, _ = claude
+    latin1 = os.fsencode(projects) + b"/-src-caf\xe9/sess-7.jsonl"
+    os.makedirs(os.path.dirname(latin1))
+    with open(latin1, "w") as fh:
+        fh.write(line("user", "The caf\xe9 ledger is closed.", 70, payments, session="sess-7") + "\n")
+    transcript = next(projects.rglob("sess-1.jsonl"))
+    send, reports = anyio.create_memory_object_stream[ImportReport](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            first = await tg.start(partial(capture_claude_code, memory, projects, Target(frozenset({"payments"})),
+                                           tmp_path / "capture.json", on_sync=send.send_nowait))
+        with open(latin1, "a") as fh:  # Claude Code writes on: the watch cannot name the file
+            fh.write(line("user", "The caf\xe9 ledger is open again.", 71, payments, session="sess-7") + "\n")
+        with transcript.open("a") as fh:
+            fh.write(line("user", "Add the ledger index in migration 42.", 20, payments) + "\n")
+        with anyio.fail_after(20):
+            report = await reports.receive()
+        with transcript.open("a") as fh:  # and the watch goes on
+            fh.write(line("assistant", "Done: migration 42 adds the ledger index.", 21, payments) + "\n")
+        with anyio.fail_after(20):
+            later = await reports.receive()
+        tg.cancel_scope.cancel()
+    assert (first.stored, report.stored, later.stored) == (6, 1, 1)
+    assert "projects/-src-caf\\udce9 not read: its name is not UTF-8" in caplog.text.encode(
+        "utf-8", "backslashreplace").decode()
+    assert "caf" not in memory.recall("payments", "cafe ledger closed open").context
 
 def test_two_captures_saving_their_offsets_at_once_both_succeed(memory, claude, tmp_path, monkeypatch, caplog):
     """Two servers of one project capture the same sessions and save offsets to one file; one's

@@ -383,6 +383,21 @@ async def test_a_file_named_in_bytes_that_are_not_utf8_is_skipped_and_the_watch_
         "utf-8", "backslashreplace").decode()
 
 
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+async def test_a_folder_named_in_bytes_that_are_not_utf8_fails_each_watch_and_the_notes_still_follow(
+        memory, repo, caplog):
+    """The watch's own start lists every folder, so it fails each time it starts: the watcher never
+    began. Now it reads the folder again after each failure (its notes follow, a little later)."""
+    write(Path(os.fsdecode(os.fsencode(repo / "docs") + b"/caf\xe9/menu.md")), "# Menu\n\nCoffee.")
+    async with watching(memory, repo / "docs") as (first, reports):
+        write(repo / "docs" / "zebra.md", "A zebra note written while watching.")
+        change = await next_change(reports)
+    assert (first.paths, change.paths) == (("docs/guide.md",), ("docs/zebra.md",))
+    said = caplog.text.encode("utf-8", "backslashreplace").decode()
+    assert "docs/caf\\udce9/ not stored: its name is not UTF-8" in said
+    assert said.count("the file-system watch failed") == 1  # said once, however often it fails
+
 def test_watch_says_why_a_note_is_not_stored(home, repo, capsys, caplog):
     write(repo / "docs" / "huge.md", "zebra " * 30_000)
     write(repo / "docs" / "latin1.md", "caf\xe9 notes".encode("latin-1"))
