@@ -47,11 +47,13 @@ class FileWatch:
     @asynccontextmanager
     async def events(self) -> AsyncIterator[AsyncIterator[Changes]]:
         """watchfiles' batches of changes: an empty one first once the OS watch is live, then one
-        every WAKE_MS without changes. When the watch fails, that is logged and the block ends."""
+        every WAKE_MS without changes. A folder it may not read is left out of the watch, where it failed
+        the watch's start (the note watcher names it). When the watch fails, that is logged and the block ends."""
         self.failed = False
         try:
             async with aclosing(awatch(self.folder, watch_filter=self.watch_filter, debounce=DEBOUNCE_MS,
-                                       step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
+                                       step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True,
+                                       ignore_permission_denied=True)) as watching:
                 yield watching
         except* WatchfilesRustInternalError as failed:  # e.g. a file whose name is not UTF-8 was read
             self.failed, problem = True, str(failed.exceptions[0])

@@ -170,6 +170,7 @@ class NoteWatcher:
         self._skipped: set[tuple[str, str]] = set()
         self._stale = True  # the store may differ from the documents: reconcile on the next pass
         self._emptied: dict[str, tuple[float, str]] = {}  # note read empty -> (when, its path)
+        self._refused: set[str] = set()  # files and folders ('/' ends them) it may not read: their notes are kept
 
     def handle(self, changes: Iterable[tuple[Change, str]] | None = None, settled: bool = False) -> SyncReport:
         """A full scan (changes None, or a .gitignore changed) or a batch of changes, then
@@ -179,6 +180,7 @@ class NoteWatcher:
             before = self.docs
             changes = None if changes is None else set(changes)
             if changes is None or any(Path(p).name == ".gitignore" for _, p in changes):
+                self._refused.clear()
                 self.docs = self._read_all(self.tree.scope)
                 self._emptied.clear()
             else:
@@ -237,6 +239,7 @@ class NoteWatcher:
         kept = self.docs.get(rel)
         self._emptied.pop(rel, None)
         self.docs = {p: d for p, d in self.docs.items() if p != rel and not p.startswith(rel + "/")}
+        self._refused = {p for p in self._refused if p != rel and not p.startswith(rel + "/")}
         if self._through_folder_link(Path(path)):  # the OS watch enters a folder link; the scan does not
             return
         if Path(path).is_dir():  # a folder created or moved in: its files gave no events
@@ -263,6 +266,8 @@ class NoteWatcher:
         return read_doc(rel, file, self.rules, self.sink.redact, self.tree)
 
     def _skip(self, rel: str, reason: Skip) -> None:
+        if reason == "permission-denied":
+            self._refused.add(rel)
         if (rel, reason) not in self._skipped:  # each skip is logged once
             self._skipped.add((rel, reason))
             why = skip_reason(reason, self.rules)
@@ -272,8 +277,11 @@ class NoteWatcher:
                 log.debug("not a note: %s (%s)", rel, reason)
 
     def _plan(self) -> Plan:
+        """The reconciliation, leaving alone what lies in a file or folder it may not read: those notes
+        would be reconciled as deleted (until it can, they are kept as they were)."""
         stored = self.sink.store.sources(self.project, OWNED_PREFIXES, self.tree.scope)
-        return reconcile(self.docs, {row.ref: row for row in stored})
+        return reconcile({p: d for p, d in self.docs.items() if not _within(p, self._refused)},
+                         {row.ref: row for row in stored if not _within(row.path, self._refused)})
 
     def _apply(self, plan: Plan) -> SyncReport:
         failed, moved = list(plan.invalid), set()
@@ -328,6 +336,11 @@ class NoteWatcher:
             except InputError as exc:
                 log.debug("note watcher %s: %s: %s", self.tree.folder, row.path, exc)
         return forgotten
+
+
+def _within(path: str, places: Iterable[str]) -> bool:
+    """Whether `path` is one of `places` or lies in one of them (a folder ends in '/'; '' is the root)."""
+    return any(path == p or (p == "" or p.endswith("/")) and path.startswith(p) for p in places)
 
 
 def _changed(done: Ingested, moved: set[str]) -> int:
