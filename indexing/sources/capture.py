@@ -19,10 +19,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 import anyio
 from anyio.abc import TaskStatus
-from watchfiles import Change, awatch
+from watchfiles import Change
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.redact import MARKER
+from agentmemrec.indexing.sources.fswatch import FileWatch, utf8_name
 from agentmemrec.indexing.sources.sink import Ingested, Sink, batches
 from agentmemrec.indexing.sources.transcripts import ProjectMap, TranscriptOptions, convert_line
 from agentmemrec.indexing.units import MAX_BATCH
@@ -30,7 +31,6 @@ from agentmemrec.indexing.units import MAX_BATCH
 log = logging.getLogger(__name__)
 
 DEFAULT_DIR = Path("~/.claude/projects")
-STEP_MS, DEBOUNCE_MS, WAKE_MS = 50, 1600, 250
 LINE_BREAK = "\n"  # the only one in JSONL: Claude Code writes U+2028, U+2029 and U+0085 raw in strings
 
 
@@ -176,6 +176,8 @@ class Tail:
             st = file.stat()
             inode, offset = self.offsets.get(str(file), (st.st_ino, 0))
             offset = offset if inode == st.st_ino and offset <= st.st_size else 0
+            if offset == st.st_size:  # nothing new: not even opened (a failed watch reads all every few s)
+                return [], (st.st_ino, offset)
             with file.open("rb") as fh:
                 fh.seek(offset)
                 data = fh.read()
@@ -217,27 +219,55 @@ def _is_transcript(change: Change, path: str) -> bool:
     return change != Change.deleted and (path.endswith(".jsonl") or Path(path).is_dir())
 
 
-def _changed_files(changes: Iterable[tuple[Change, str]]) -> list[Path]:
-    paths = {Path(p) for _, p in changes}
-    return sorted({f for p in paths for f in (p.rglob("*.jsonl") if p.is_dir() else [p])})
-
-
 async def capture_claude_code(sink: Sink, folder: Path, target: Target, state_file: Path | None = None,
                               *, on_sync: Callable[[ImportReport], None] | None = None,
                               task_status: TaskStatus[ImportReport] = anyio.TASK_STATUS_IGNORED
                               ) -> None:
-    """Store new transcript lines as they are written, until cancelled. The first pass (once the
-    OS watch is live) catches up with everything written while nothing captured."""
-    tail, started = Tail(state_file), False
+    """Store new transcript lines as they are written, until cancelled. The first pass of each watch
+    (once the OS watch is live) catches up with everything written while nothing captured, and so
+    does a pass after the watch failed (`FileWatch`)."""
+    tail, started, warned = Tail(state_file), False, set[Path]()
     folder = Path(folder).expanduser().resolve()  # offsets are keyed by the paths events name
-    async for changes in awatch(folder, watch_filter=_is_transcript, debounce=DEBOUNCE_MS,
-                                step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True):
-        if started and not changes:
-            continue
-        files = _changed_files(changes) if started else transcript_files(folder)
-        report = await anyio.to_thread.run_sync(tail.ingest, sink, files, target)
+    watch = FileWatch(folder, _is_transcript, "transcript capture")
+
+    async def take(paths: list[Path]) -> None:
+        nonlocal started
+        report = await anyio.to_thread.run_sync(tail.ingest, sink, _watchable(paths, warned), target)
         if not started:
             started = True
             task_status.started(report)
         elif on_sync is not None and report.stored:
             on_sync(report)
+
+    while True:
+        async with watch.events() as watching:
+            fresh = True
+            async for changes in watching:
+                if fresh or changes:
+                    await take([folder] if fresh else sorted({Path(p) for _, p in changes}))
+                    fresh = False
+        await take([folder])  # the watch failed: what it missed (it may fail each time it starts)
+        await watch.pause()
+
+
+def _watchable(paths: Iterable[Path], warned: set[Path]) -> list[Path]:
+    """The transcripts at or under `paths` (folders: made or moved in, their files may give no events of
+    their own), but none named in bytes that are not UTF-8, in its name or a folder's: reading one, or
+    listing such a folder, makes the watch fail. Each of those is named once, as a warning."""
+    found, odd = [], []
+    for path in paths:
+        if not utf8_name(str(path)):
+            odd.append(path)
+        elif not path.is_dir():
+            found.append(path)
+            continue
+        for here, folders, files in os.walk(path) if utf8_name(str(path)) else ():
+            odd += [Path(here, name) for name in folders if not utf8_name(name)]
+            folders[:] = sorted(name for name in folders if utf8_name(name))
+            for name in (name for name in files if name.endswith(".jsonl")):
+                (found if utf8_name(name) else odd).append(Path(here, name))
+    for path in sorted(set(odd) - warned):
+        warned.add(path)
+        log.warning("transcript capture: %s not read: its name is not UTF-8, which the file-system watch "
+                    "cannot name (`agentmemrec import claude-code` reads it)", path)
+    return sorted(set(found))

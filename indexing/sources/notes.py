@@ -22,6 +22,7 @@ import pathspec
 
 from agentmemrec.indexing.redact import redact
 from agentmemrec.indexing.sources.adr import Adr, parse_adr
+from agentmemrec.indexing.sources.fswatch import utf8_name
 from agentmemrec.indexing.units import MAX_TEXT_BYTES
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ BUILD_DIRS = frozenset({"node_modules", "bower_components", "build", "dist", "ta
 SNIFF_BYTES = 8192
 Skip = Literal["gitignored", "hidden", "build-folder", "not-a-note", "binary", "too-large", "empty",
                "unreadable", "outside-repository", "link-to-a-note", "link-to-a-skipped-file", "link-loop",
-               "not-a-file", "name-not-utf-8"]
+               "not-a-file", "name-not-utf-8", "permission-denied"]
+REFUSED = frozenset({errno.EACCES, errno.EPERM})
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,9 @@ def walk(tree: Tree, rules: NoteRules, under: str | None = None
     if skipped:
         yield under, skipped
         return
-    start = tree.root / under
-    for dirpath, dirnames, filenames in os.walk(start):
+    start, refused = tree.root / under, []
+    for dirpath, dirnames, filenames in os.walk(start, onerror=refused.append):
+        yield from _refused_folders(tree, refused)
         here = Path(dirpath)
         base = here.relative_to(tree.root).as_posix()
         base = "" if base == "." else base + "/"
@@ -163,6 +166,16 @@ def walk(tree: Tree, rules: NoteRules, under: str | None = None
         dirnames[:] = kept
         for name in sorted(filenames):
             yield base + name, classify(base + name, rules, ignores) or here / name
+    yield from _refused_folders(tree, refused)
+
+
+def _refused_folders(tree: Tree, errors: list[OSError]) -> Iterator[tuple[str, Skip]]:
+    """The folders os.walk could not list because it may not (other errors: the folder is gone)."""
+    for error in errors:
+        if error.errno in REFUSED and error.filename is not None:
+            rel = Path(os.fsdecode(error.filename)).relative_to(tree.root).as_posix()
+            yield ("" if rel == "." else rel + "/"), "permission-denied"
+    errors.clear()
 
 
 def _folder_skip(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
@@ -171,16 +184,6 @@ def _folder_skip(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
         if reason:
             return reason
     return "gitignored" if ignores.ignored(rel.rstrip("/"), True) else None
-
-
-def utf8_name(name: str) -> bool:
-    """Whether a name read from the file system is UTF-8 (Python keeps other bytes as surrogates).
-    Reading a file under another name makes the watch fail, so such files are not read at all."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def classify(rel: str, rules: NoteRules, ignores: Ignores) -> Skip | None:
@@ -245,7 +248,10 @@ def skip_reason(reason: Skip, rules: NoteRules) -> str | None:
             "link-to-a-skipped-file": "it links to a hidden, git-ignored or build-folder file",
             "link-loop": "it is a symbolic link loop",
             "not-a-file": "not a regular file (a FIFO, socket or device)",
-            "name-not-utf-8": "its name is not UTF-8, which the file-system watch cannot name: rename it"}.get(reason)
+            "name-not-utf-8": "its name is not UTF-8, which the file-system watch cannot name: rename it",
+            "permission-denied": "it cannot be read (permission denied): the notes stored from it are kept until it "
+                                 "can be; give this user read access to it, or add it to .gitignore to drop them",
+            }.get(reason)
 
 
 def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, tree: Tree) -> Doc | Skip:
@@ -269,6 +275,8 @@ def read_doc(rel: str, file: Path, rules: NoteRules, redacting: bool, tree: Tree
                 return "too-large"
             data = stream.read()
     except OSError as exc:
+        if exc.errno in REFUSED:
+            return "permission-denied"
         return "not-a-file" if exc.errno == errno.ENXIO else "unreadable"  # ENXIO: a socket
     if b"\x00" in data[:SNIFF_BYTES]:
         return "binary"

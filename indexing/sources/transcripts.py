@@ -106,7 +106,7 @@ def _render(content: Any, options: TranscriptOptions) -> tuple[list[str], list[s
         kind = str(block.get("type")) if isinstance(block, dict) else "unknown"
         kinds.append(kind)
         if kind == "text":
-            parts.append(str(block.get("text", "")))
+            parts.append(_text_of(block))
         elif kind == "tool_use":
             parts.append(tool_call(block, options.tool_chars, options.redact))
         elif kind == "tool_result" and block.get("is_error"):
@@ -123,9 +123,15 @@ def tool_call(block: Mapping[str, Any], limit: int = 200, redacted: bool = True)
     return f"[tool {name}: {arg}]" if arg else f"[tool {name}]"
 
 
+def _text_of(block: Mapping[str, Any]) -> str:
+    """A text block's text; one without text (`"text": null`) adds nothing, not the word "None"."""
+    text = block.get("text")
+    return text if isinstance(text, str) else ""
+
+
 def _flat(content: Any, limit: int, redacted: bool = True) -> str:
     if isinstance(content, list):
-        content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+        content = " ".join(_text_of(b) for b in content if isinstance(b, dict))
     return _one_line(str(content or ""), limit, redacted)
 
 

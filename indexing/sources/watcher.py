@@ -17,18 +17,17 @@ import logging
 import stat
 import time
 from collections import Counter
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import anyio
 from anyio.abc import TaskStatus
-from watchfiles import Change, awatch
-from watchfiles._rust_notify import WatchfilesRustInternalError
+from watchfiles import Change
 
 from agentmemrec.indexing.errors import InputError, StoreError
 from agentmemrec.indexing.sources.adr import assign_refs, decision_item, resolve_links
+from agentmemrec.indexing.sources.fswatch import WAKE_MS, FileWatch
 from agentmemrec.indexing.sources.notes import (
     Doc,
     Ignores,
@@ -50,8 +49,6 @@ log = logging.getLogger(__name__)
 
 NOTE_PREFIX, ADR_PREFIX = "file:", "adr:"
 OWNED_PREFIXES = (NOTE_PREFIX, ADR_PREFIX)
-DEBOUNCE_MS, STEP_MS = 1600, 50  # watchfiles: a burst is grouped until 50 ms pass without events
-WAKE_MS = 250  # how soon the first (empty) batch tells the loop the OS watch is live
 EMPTY_GRACE_S = 2.0  # a note read empty counts as emptied once it stays so this long (`settle`)
 
 
@@ -173,6 +170,7 @@ class NoteWatcher:
         self._skipped: set[tuple[str, str]] = set()
         self._stale = True  # the store may differ from the documents: reconcile on the next pass
         self._emptied: dict[str, tuple[float, str]] = {}  # note read empty -> (when, its path)
+        self._refused: set[str] = set()  # files and folders ('/' ends them) it may not read: their notes are kept
 
     def handle(self, changes: Iterable[tuple[Change, str]] | None = None, settled: bool = False) -> SyncReport:
         """A full scan (changes None, or a .gitignore changed) or a batch of changes, then
@@ -182,6 +180,7 @@ class NoteWatcher:
             before = self.docs
             changes = None if changes is None else set(changes)
             if changes is None or any(Path(p).name == ".gitignore" for _, p in changes):
+                self._refused.clear()
                 self.docs = self._read_all(self.tree.scope)
                 self._emptied.clear()
             else:
@@ -240,6 +239,7 @@ class NoteWatcher:
         kept = self.docs.get(rel)
         self._emptied.pop(rel, None)
         self.docs = {p: d for p, d in self.docs.items() if p != rel and not p.startswith(rel + "/")}
+        self._refused = {p for p in self._refused if p != rel and not p.startswith(rel + "/")}
         if self._through_folder_link(Path(path)):  # the OS watch enters a folder link; the scan does not
             return
         if Path(path).is_dir():  # a folder created or moved in: its files gave no events
@@ -266,6 +266,8 @@ class NoteWatcher:
         return read_doc(rel, file, self.rules, self.sink.redact, self.tree)
 
     def _skip(self, rel: str, reason: Skip) -> None:
+        if reason == "permission-denied":
+            self._refused.add(rel)
         if (rel, reason) not in self._skipped:  # each skip is logged once
             self._skipped.add((rel, reason))
             why = skip_reason(reason, self.rules)
@@ -275,8 +277,11 @@ class NoteWatcher:
                 log.debug("not a note: %s (%s)", rel, reason)
 
     def _plan(self) -> Plan:
+        """The reconciliation, leaving alone what lies in a file or folder it may not read: those notes
+        would be reconciled as deleted (until it can, they are kept as they were)."""
         stored = self.sink.store.sources(self.project, OWNED_PREFIXES, self.tree.scope)
-        return reconcile(self.docs, {row.ref: row for row in stored})
+        return reconcile({p: d for p, d in self.docs.items() if not _within(p, self._refused)},
+                         {row.ref: row for row in stored if not _within(row.path, self._refused)})
 
     def _apply(self, plan: Plan) -> SyncReport:
         failed, moved = list(plan.invalid), set()
@@ -333,6 +338,11 @@ class NoteWatcher:
         return forgotten
 
 
+def _within(path: str, places: Iterable[str]) -> bool:
+    """Whether `path` is one of `places` or lies in one of them (a folder ends in '/'; '' is the root)."""
+    return any(path == p or (p == "" or p.endswith("/")) and path.startswith(p) for p in places)
+
+
 def _changed(done: Ingested, moved: set[str]) -> int:
     return sum(r.outcome != "unchanged" and r.ref not in moved for r in done.results)
 
@@ -345,36 +355,35 @@ async def watch_notes(sink: Sink, project: str, folder: Path | str, rules: NoteR
     watch is live; the full reconciliation runs then, so no change can fall between scan and watch.
     The OS watch follows the folder it was given: when the folder is removed, moved away or replaced
     (a branch checked out without it, then with it), its notes are reconciled as gone and the folder
-    made again is watched anew, as it is after the watch fails."""
+    made again is watched anew, as it is after the watch fails (`FileWatch`)."""
     watcher = NoteWatcher(sink, project, folder, rules)
-    started = False
+    watch, started = FileWatch(watcher.tree.folder, watcher.wants, "note watcher"), False
     while True:
         here = _identity(watcher.tree.folder)  # events name paths under the folder as given: give the resolved one
-        try:
-            async with aclosing(awatch(watcher.tree.folder, watch_filter=watcher.wants, debounce=DEBOUNCE_MS,
-                                       step=STEP_MS, rust_timeout=WAKE_MS, yield_on_timeout=True)) as watching:
-                scanned = False
-                async for changes in watching:
-                    if _identity(watcher.tree.folder) != here:
-                        break
-                    if scanned and not changes:  # a quiet moment: notes left empty are empty now
-                        report = await anyio.to_thread.run_sync(watcher.settle)
-                    else:
-                        report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
-                        scanned = True
-                    if not started:
-                        started = True
-                        task_status.started(report)
-                    elif on_sync is not None and report.changed:
-                        on_sync(report)
-        except* WatchfilesRustInternalError as failed:  # e.g. a file whose name is not UTF-8 was read
-            log.warning("note watcher %s: the file-system watch failed (%s); watching anew", watcher.tree.folder,
-                        failed.exceptions[0])
-        if _identity(watcher.tree.folder) is None:  # gone: so are its notes, until it is back
-            report = await anyio.to_thread.run_sync(watcher.handle)
-            if on_sync is not None and report.changed:
-                on_sync(report)
-        await anyio.sleep(WAKE_MS / 1000)
+        async with watch.events() as watching:
+            scanned = False
+            async for changes in watching:
+                if _identity(watcher.tree.folder) != here:
+                    break
+                if scanned and not changes:  # a quiet moment: notes left empty are empty now
+                    report = await anyio.to_thread.run_sync(watcher.settle)
+                else:
+                    report = await anyio.to_thread.run_sync(watcher.handle, changes if scanned else None)
+                    scanned = True
+                if not started:
+                    started = True
+                    task_status.started(report)
+                elif on_sync is not None and report.changed:
+                    on_sync(report)
+        # the folder went (so do its notes, until it is back) or was replaced, or the watch failed: what
+        # it missed is read now (a watch may fail each time it starts: see FileWatch.pause)
+        report = await anyio.to_thread.run_sync(watcher.handle)
+        if not started:
+            started = True
+            task_status.started(report)
+        elif on_sync is not None and report.changed:
+            on_sync(report)
+        await watch.pause()
         while _identity(watcher.tree.folder) is None:
             await anyio.sleep(WAKE_MS / 1000)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,39 @@ async def test_capture_stores_the_sessions_of_a_folder_moved_in_while_it_runs(me
     assert "The ledger export runs at 02:00." in memory.recall("payments", "ledger export time").context
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+@pytest.mark.anyio
+async def test_capture_outlives_a_session_folder_named_in_bytes_that_are_not_utf8(memory, claude, tmp_path, caplog):
+    """watchfiles fails on an event for a name it cannot decode (its own start lists the folder, and
+    Claude Code writes in it): capture stopped for the server's life. Now it reads no such folder, and
+    after each failure it reads what is new and watches anew."""
+    projects, payments, _ = claude
+    latin1 = os.fsencode(projects) + b"/-src-caf\xe9/sess-7.jsonl"
+    os.makedirs(os.path.dirname(latin1))
+    with open(latin1, "w") as fh:
+        fh.write(line("user", "The caf\xe9 ledger is closed.", 70, payments, session="sess-7") + "\n")
+    transcript = next(projects.rglob("sess-1.jsonl"))
+    send, reports = anyio.create_memory_object_stream[ImportReport](100)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(20):
+            first = await tg.start(partial(capture_claude_code, memory, projects, Target(frozenset({"payments"})),
+                                           tmp_path / "capture.json", on_sync=send.send_nowait))
+        with open(latin1, "a") as fh:  # Claude Code writes on: the watch cannot name the file
+            fh.write(line("user", "The caf\xe9 ledger is open again.", 71, payments, session="sess-7") + "\n")
+        with transcript.open("a") as fh:
+            fh.write(line("user", "Add the ledger index in migration 42.", 20, payments) + "\n")
+        with anyio.fail_after(20):
+            report = await reports.receive()
+        with transcript.open("a") as fh:  # and the watch goes on
+            fh.write(line("assistant", "Done: migration 42 adds the ledger index.", 21, payments) + "\n")
+        with anyio.fail_after(20):
+            later = await reports.receive()
+        tg.cancel_scope.cancel()
+    assert (first.stored, report.stored, later.stored) == (6, 1, 1)
+    assert "projects/-src-caf\\udce9 not read: its name is not UTF-8" in caplog.text.encode(
+        "utf-8", "backslashreplace").decode()
+    assert "caf" not in memory.recall("payments", "cafe ledger closed open").context
+
 def test_two_captures_saving_their_offsets_at_once_both_succeed(memory, claude, tmp_path, monkeypatch, caplog):
     """Two servers of one project capture the same sessions and save offsets to one file; one's
     save falls between the other's write and its rename."""
@@ -368,3 +402,22 @@ def test_a_huge_tool_error_is_redacted_only_as_far_as_the_cut_can_reach(monkeypa
     assert text.startswith("[tool result (error): [REDACTED:private-key] then [REDACTED:github-token] failed frame")
     assert GH_TOKEN[:10] not in text and "MIIEvQ" not in text
     assert len(error) > 5_000_000 and max(seen) < 100_000
+
+
+def test_a_text_block_holding_null_adds_nothing_to_its_turn(home, tmp_path, capsys):
+    """`{"type": "text", "text": null}` was stored as the word "None", alone or within a turn."""
+    cwd = tmp_path / "src" / "payments"
+    (cwd / ".git").mkdir(parents=True)
+    null = {"type": "text", "text": None}
+    session = tmp_path / "sess-5.jsonl"
+    session.write_text("\n".join([
+        line("assistant", [null, {"type": "text", "text": "The nightly ledger export retries five times."}], 1, cwd),
+        line("assistant", [null], 2, cwd),
+        line("user", [{"type": "tool_result", "tool_use_id": "t", "is_error": True,
+                       "content": [null, {"type": "text", "text": "ledger export exit 3"}]}], 3, cwd)]) + "\n")
+    assert main(["import", "claude-code", str(session), "--project", "payments"]) == 0
+    out = capsys.readouterr().out
+    assert "3 lines read, 2 turns stored" in out and "skipped 1 lines: empty 1" in out, out
+    context = recall("payments", "nightly ledger export retries exit", capsys)["context"]
+    assert "assistant: The nightly ledger export retries five times.\n" in context, context
+    assert "[tool result (error): ledger export exit 3]" in context and "None" not in context

@@ -383,6 +383,20 @@ async def test_a_file_named_in_bytes_that_are_not_utf8_is_skipped_and_the_watch_
         "utf-8", "backslashreplace").decode()
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+async def test_a_folder_named_in_bytes_that_are_not_utf8_fails_each_watch_and_the_notes_still_follow(
+        memory, repo, caplog):
+    """The watch's own start lists every folder, so it fails each time it starts: the watcher never
+    began. Now it reads the folder again after each failure (its notes follow, a little later)."""
+    write(Path(os.fsdecode(os.fsencode(repo / "docs") + b"/caf\xe9/menu.md")), "# Menu\n\nCoffee.")
+    async with watching(memory, repo / "docs") as (first, reports):
+        write(repo / "docs" / "zebra.md", "A zebra note written while watching.")
+        change = await next_change(reports)
+    assert (first.paths, change.paths) == (("docs/guide.md",), ("docs/zebra.md",))
+    said = caplog.text.encode("utf-8", "backslashreplace").decode()
+    assert "docs/caf\\udce9/ not stored: its name is not UTF-8" in said
+    assert said.count("the file-system watch failed") == 1  # said once, however often it fails
+
 def test_watch_says_why_a_note_is_not_stored(home, repo, capsys, caplog):
     write(repo / "docs" / "huge.md", "zebra " * 30_000)
     write(repo / "docs" / "latin1.md", "caf\xe9 notes".encode("latin-1"))
@@ -395,6 +409,59 @@ def test_watch_says_why_a_note_is_not_stored(home, repo, capsys, caplog):
         "docs/latin1.md not stored: not UTF-8 text (or it holds a NUL byte)"]  # not the hidden file
     assert "1 written, 0 renamed, 0 removed" in capsys.readouterr().out
 
+
+
+def unreadable_notes(repo: Path) -> tuple[Path, Path]:
+    """A folder of notes and a note, both stored by a first pass."""
+    write(repo / "docs" / "private" / "payroll.md", "# Payroll\n\nThe zebra payroll run closes on the 25th.")
+    write(repo / "docs" / "secret.md", "# Secret\n\nThe zebra vault opens at noon.")
+    assert main(["watch", str(repo / "docs"), "--project", PROJECT, "--once"]) == 0
+    return repo / "docs" / "private", repo / "docs" / "secret.md"
+
+
+def watch_once_keeps_what_it_cannot_read(repo: Path, capsys, caplog) -> None:
+    """A pass that cannot read them keeps their notes and says what to do; once they are gone, so are the notes."""
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="agentmemrec"):
+        assert main(["watch", str(repo / "docs"), "--project", PROJECT, "--once"]) == 0
+    assert "0 written, 0 renamed, 0 removed" in capsys.readouterr().out
+    said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.levelno >= logging.WARNING]
+    why = "it cannot be read (permission denied): the notes stored from it are kept until it can be"
+    assert sorted(m.split("; ")[0] for m in said) == [f"docs/private/ not stored: {why}",
+                                                       f"docs/secret.md not stored: {why}"]
+    assert all("or add it to .gitignore" in m for m in said)
+    assert main(["recall", "zebra payroll vault", "--project", PROJECT]) == 0
+    out = capsys.readouterr().out
+    assert "docs/private/payroll.md" in out and "docs/secret.md" in out
+
+
+def test_notes_the_watcher_may_not_read_are_kept_not_removed(home, repo, capsys, caplog, monkeypatch):
+    """os.walk skipped a folder it could not list without a word, and a note that could not be opened was
+    removed: every note under them was reconciled as deleted. Simulated, as a test may run as root."""
+    folder, note = unreadable_notes(repo)
+    scandir, open_ = os.scandir, os.open
+
+    def refused(path, *args):
+        if Path(path) in (folder, note):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return (scandir if not args else open_)(path, *args)
+    with monkeypatch.context() as patched:  # its own: undoing all would undo the home fixture's too
+        patched.setattr(os, "scandir", refused)
+        patched.setattr(os, "open", refused)
+        watch_once_keeps_what_it_cannot_read(repo, capsys, caplog)
+    shutil.rmtree(folder), note.unlink()
+    assert main(["watch", str(repo / "docs"), "--project", PROJECT, "--once"]) == 0
+    assert "0 written, 0 renamed, 2 removed" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder or file whatever its permission bits say")
+def test_notes_the_watchers_user_may_not_read_are_kept_not_removed(home, repo, capsys, caplog):
+    folder, note = unreadable_notes(repo)
+    folder.chmod(0), note.chmod(0)
+    try:
+        watch_once_keeps_what_it_cannot_read(repo, capsys, caplog)
+    finally:
+        folder.chmod(0o755), note.chmod(0o644)
 
 def test_the_watch_command_says_each_summary_once(home, repo):
     """On stdout; the watcher's own log line would repeat it on stderr."""
