@@ -39,7 +39,7 @@ from agentmemrec.ranking.explanation import abridge, add_top_features, diagnose,
 from agentmemrec.ranking.features import warm_text_features
 from agentmemrec.ranking.loading import open_models, without_served
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
-from agentmemrec.ranking.slate import Slate, SlateInputs, build_slate, warm_item_tokens
+from agentmemrec.ranking.slate import SESSION_PULL, Slate, SlateInputs, build_slate, warm_item_tokens
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -412,14 +412,14 @@ class Memory:
         return payload
 
 
-def build(selection: Selection, budget: int, id_prefix: str = "", matched_only: bool = False) -> Slate:
-    """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with
-    `id_prefix`). The id is decimal digits, which the tokenizer cuts into the same number of
-    tokens whatever they are: with hex digits the slate's first line took 19 to 28 tokens, so the
-    room left for items, and at the margin the items themselves, changed from one id to the next."""
+def build(selection: Selection, budget: int, id_prefix: str = "", matched_only: bool = False, pull: int = SESSION_PULL
+          ) -> Slate:
+    """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with `id_prefix`).
+    The id is decimal digits, which the tokenizer cuts into the same number of tokens whatever they are: with
+    hex digits the slate's first line took 19 to 28 tokens, so the room left for items changed with the id."""
     slate_id = "s_" + (id_prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
     return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
-                       selection.strength, selection.query, matched_only)
+                       selection.strength, selection.query, matched_only, pull)
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Stage 4: the slate. Walk the ranking and add each unit whose rendered size, headers included,
-fits the remaining budget; skip what does not fit and go on. The rendered context groups items
-into sections (decisions, notes, then sessions in chronological order with their start date).
+fits the remaining budget; skip what does not fit and go on. A turn of a session the slate shows
+already walks a few places higher (`SESSION_PULL`). The rendered context groups items into
+sections (decisions, notes, then sessions in chronological order with their start date).
 
 Turns over 1,024 tokens and notes are stored in parts of a few hundred tokens, but a decision is
 one record (its status and supersession belong to the whole), and an ADR with its context and
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from agentmemrec.indexing.lru import memo, memo_by_text, text_size
 from agentmemrec.indexing.tokens import count_tokens, truncate
@@ -40,6 +41,11 @@ DUPLICATE_MIN_WORDS = 8  # shorter turns ("Yes, I did!") say little alone and ar
 # coding set, where half the questions ask about a decision, that decisions often answer, and in a
 # project with many it fills a small slate with decisions about something else (docs/coding-benchmark.md).
 MATCHED_WITHIN = {"bm25": 10, "dense": 100}
+# A turn of a session the slate already shows walks SESSION_PULL places higher than it ranks, so it
+# goes ahead of up to SESSION_PULL - 1 candidates above it that are not: its section header is paid
+# already, and what answers a question is often told over several turns of one session
+# (docs/evaluation.md, "The session pull").
+SESSION_PULL = 5
 ASKS_DECISIONS_RE = re.compile(r"\b(?:decid\w*|decisions?|adrs?)\b", re.I)
 
 
@@ -245,11 +251,12 @@ def unmatched(sc: ScoredCandidate, asks_decisions: bool) -> bool:
 
 def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], budget: int,
                 inputs: SlateInputs, strength: float | None = None, query: str = "",
-                matched_only: bool = False) -> Slate:
-    """Greedy fill in rank order. A superseded decision enters only together with its successor
+                matched_only: bool = False, pull: int = SESSION_PULL) -> Slate:
+    """Greedy fill in rank order (`_walk`'s). A superseded decision enters only together with its successor
     chain; if the chain does not fit, the superseded decision is left out. A unit whose text is
     already in the slate (`duplicate_key`) is skipped. With `matched_only`, so is a decision
-    that nothing but the ranker's prior put where it ranks (`unmatched`)."""
+    that nothing but the ranker's prior put where it ranks (`unmatched`). `pull` is the session
+    pull (`SESSION_PULL`; 0 walks in rank order, as `eval --ablation session-pull` measures)."""
     used = count_tokens(preamble(slate_id, project) + "\n")
     fixed = used
     costs = _Costs(inputs)
@@ -263,7 +270,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     rank_of = {sc.unit.id: sc.rank for sc in ranked}  # a successor keeps its own rank, if ranked
     shown: dict[tuple[str, str], int] = {}  # duplicate_key -> id of the unit in the slate
     twins: dict[int, int] = {}  # a skipped duplicate's id -> its twin's
-    for sc in ranked:
+    for sc in _walk(ranked, open_sections, inputs, pull):
         if sc.unit.id in chosen_ids:
             continue
         if matched_only and unmatched(sc, asks_decisions):
@@ -296,6 +303,17 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
             outcomes[unit.id] = ("left_out_superseded" if superseded and alone <= budget - used
                                  else "skipped_over_budget")
     return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength, twins)
+
+
+def _walk(ranked: Sequence[ScoredCandidate], open_sections: set[tuple], inputs: SlateInputs, pull: int
+          ) -> Iterator[ScoredCandidate]:
+    """The candidates in rank order, except that one whose session section is in `open_sections`
+    (as it is when the next is asked for) counts `pull` places higher: the first such one among the
+    next `pull` goes first (at `pull` places down it ties with the first, which wins)."""
+    pending = [(section(sc.unit, inputs), sc) for sc in ranked]
+    while pending:
+        yield pending.pop(next((i for i in range(min(len(pending), pull))
+                                if pending[i][0][0] == 2 and pending[i][0] in open_sections), 0))[1]
 
 
 MARK_RESERVE = 40  # tokens kept for the excerpt's last line

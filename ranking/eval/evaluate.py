@@ -41,7 +41,7 @@ from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranke
 from agentmemrec.ranking.loading import load_embedder
 from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build
 from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
-from agentmemrec.ranking.slate import ASKS_DECISIONS_RE, Slate, SlateInputs, unmatched
+from agentmemrec.ranking.slate import ASKS_DECISIONS_RE, SESSION_PULL, Slate, SlateInputs, unmatched
 
 log = logging.getLogger(__name__)
 FEATURES_VARIANT = "features"
@@ -164,6 +164,13 @@ class VariantRun:
     latency_ms: dict[int, list[float]] = field(default_factory=dict)
     unavailable: str | None = None
     matched_only: bool = False  # slates built as the hook builds them (`build_slate`'s `matched_only`)
+    pull: int = SESSION_PULL  # the slate's session pull (`build_slate`'s `pull`; 0: the ablation's)
+
+
+def unpulled(run: VariantRun) -> VariantRun:
+    """`run`'s twin for `--ablation session-pull`: the same selections, slates walked in rank order."""
+    return VariantRun(f"{run.name}-no-session-pull", {b: [] for b in run.outcomes}, {b: [] for b in run.outcomes},
+                      matched_only=run.matched_only, pull=0)
 
 
 def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str]:
@@ -188,14 +195,16 @@ def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: 
              limit: int | None = None, seed: int = 0, pool_size: int = DEFAULT_POOL,
              per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
              keep: Keeper | None = None, cases: list[Case] | None = None,
-             matched_only: bool = False) -> tuple[list[VariantRun], dict[str, float]]:
+             matched_only: bool = False, without_pull: bool = False) -> tuple[list[VariantRun], dict[str, float]]:
     """Run each variant on each question (of `cases`, read from `paths` if not given). With `keep`, the
-    hidden features variant runs too and its selections go to `keep` (for cross-validated training)."""
+    hidden features variant runs too and its selections go to `keep` (for cross-validated training).
+    With `without_pull`, each variant's slates are also built without the session pull (its twin)."""
     variants = check_variants(variants) + ([FEATURES_VARIANT] if keep is not None else [])
     cases = list(read_cases(dataset, paths)) if cases is None else cases
     chosen = select_questions(cases, limit, seed)
     runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}, matched_only=matched_only)
             for v in variants}
+    twins = {v: unpulled(r) for v, r in runs.items() if v != FEATURES_VARIANT} if without_pull else {}
     cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}
     config = RecallConfig(pool_size=pool_size)
     bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=False, mininterval=1.0)
@@ -209,12 +218,12 @@ def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: 
                 memories = _open_variants(runs, stores)
                 _ingest(stores, memories, case, cost)
                 for q in questions:
-                    _ask(q, case, memories, runs, budgets, per_question, keep)
+                    _ask(q, case, memories, runs, budgets, per_question, keep, twins)
                     bar.update(1)
             finally:
                 stores.store.close()
     bar.close()
-    return [r for r in runs.values() if r.name != FEATURES_VARIANT], cost
+    return [r for v, r in runs.items() if v != FEATURES_VARIANT] + list(twins.values()), cost
 
 
 def _open_variants(runs: dict[str, VariantRun], stores: CaseStores) -> dict[str, Memory]:
@@ -251,7 +260,8 @@ def _ingest(stores: CaseStores, memories: dict[str, Memory], case: Case, cost: d
 
 
 def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, VariantRun],
-         budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None) -> None:
+         budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None,
+         twins: Mapping[str, VariantRun]) -> None:
     for name, memory in memories.items():
         t0 = time.perf_counter()
         selection = memory.select(q.project, q.text, q.as_of)
@@ -260,6 +270,8 @@ def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, V
             keep(Kept(case.case_id, q, selection, select_ms))
             continue
         record_selection(runs[name], case.case_id, q, selection, select_ms, budgets, per_question)
+        if name in twins:
+            record_selection(twins[name], case.case_id, q, selection, select_ms, budgets, None)
 
 
 @dataclass(frozen=True)
@@ -294,7 +306,7 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
     by_id, asks = {sc.unit.id: sc for sc in selection.ranked}, bool(ASKS_DECISIONS_RE.search(q.text))
     for budget in budgets:
         t1 = time.perf_counter()
-        slate = build(selection, budget, matched_only=run.matched_only)
+        slate = build(selection, budget, matched_only=run.matched_only, pull=run.pull)
         run.latency_ms[budget].append(select_ms + (time.perf_counter() - t1) * 1000)
         # a turn stored in parts (indexing/units.py) is in the slate when each of its pooled parts is
         # a unit whose very text the slate shows under another id (a duplicate) is in it too

@@ -62,7 +62,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="with --variant full: cross-validate it, train on K-1 folds, rank the K-th (K >= 2)")
     p.add_argument("--ablation", nargs="*", default=None, metavar="GROUP",
                    help="with --cv: also the full variant without each feature group (or only the named "
-                        "ones: relevance, context, question, coding, session, cross-encoder)")
+                        "ones: relevance, context, question, coding, session, cross-encoder); session-pull "
+                        "(named only, with or without --cv): also each variant's slates walked in rank order")
     _also_arg(p, "--train-also", "with --cv: also train every fold on another dataset, e.g. --train-also locomo DIR")
 
     p = sub.add_parser("train", help="train the LambdaRank ranker on benchmark data")
@@ -146,6 +147,9 @@ def _rerank_arg(p: argparse.ArgumentParser) -> None:
                         "else the model's maximum)")
 
 
+SLATE_ABLATION = "session-pull"  # slates built without the session pull, from the same rankings
+
+
 def _ablations() -> dict[str, list[str]]:
     from agentmemrec.ranking.features import GROUPS  # noqa: PLC0415
     return {**{name: [f.__name__ for f in feats] for name, feats in GROUPS.items()},
@@ -155,17 +159,18 @@ def _ablations() -> dict[str, list[str]]:
 def _check_full_options(args: argparse.Namespace, variants: list[str]) -> None:
     """The options only the full variant uses are refused without it (not run, and not recorded
     in a result file as if they had been), and checked before any work."""
-    given = [flag for name, flag in FULL_ONLY if getattr(args, name) not in (None, 0, [])]
+    given = [flag for name, flag in FULL_ONLY if getattr(args, name) not in (None, 0, [], [SLATE_ABLATION])]
     if given and "full" not in variants:
         raise InputError(f"{', '.join(given)} apply to the full variant only; add --variant full "
                          f"(variants now: {', '.join(variants)})")
     if args.train_also and not args.cv:
         raise InputError("--train-also adds training data to cross-validation: use it with --variant full --cv K")
-    if args.ablation is not None and not args.cv:
-        raise InputError("--ablation compares cross-validated models: use it with --variant full --cv K")
-    unknown = sorted(set(args.ablation or ()) - set(_ablations()))
+    if args.ablation is not None and not args.cv and args.ablation != [SLATE_ABLATION]:
+        raise InputError("--ablation compares cross-validated models: use it with --variant full --cv K "
+                         f"(only --ablation {SLATE_ABLATION} goes without)")
+    unknown = sorted(set(args.ablation or ()) - set(_ablations()) - {SLATE_ABLATION})
     if unknown:
-        raise InputError(f"unknown ablation {unknown}; use: {', '.join(_ablations())}")
+        raise InputError(f"unknown ablation {unknown}; use: {', '.join([*_ablations(), SLATE_ABLATION])}")
 
 
 def _check_folds(args: argparse.Namespace, cases: list[Any]) -> None:
@@ -180,15 +185,19 @@ def _check_folds(args: argparse.Namespace, cases: list[Any]) -> None:
 
 def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
                      per_q: list[dict[str, Any]] | None, models: Any, also: list[Any]) -> list[Any]:
+    from agentmemrec.ranking.eval.evaluate import VariantRun, unpulled  # noqa: PLC0415
     from agentmemrec.ranking.eval.train import cross_validate, to_group  # noqa: PLC0415
     groups = [to_group(k) for k in kept]
     extra = [g for source in also for g in _groups(source, args, models)]
     by_case = args.dataset in ("locomo", "coding")  # conversations and projects stay whole
+    twin = [unpulled(VariantRun("full", {b: [] for b in budgets}, {b: [] for b in budgets},
+                                  matched_only=args.hook_slates))
+            ] if SLATE_ABLATION in (args.ablation or ()) else []
     runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q,
-                           extra=extra, matched_only=args.hook_slates)]
+                           extra=extra, matched_only=args.hook_slates, twin=twin[0] if twin else None), *twin]
     ablations = _ablations()
     chosen = args.ablation or ([] if args.ablation is None else [n for n in ablations if n != "cross-encoder"])
-    for name in chosen:
+    for name in (n for n in chosen if n != SLATE_ABLATION):
         runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case, ablations[name],
                                    args.seed, extra=extra, matched_only=args.hook_slates))
     return runs
@@ -310,7 +319,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     kept: list[Any] = []
     runs, cost = ev.evaluate(args.dataset, args.paths, [v for v in variants if not (cv and v == "full")],
                              budgets, args.limit, args.seed, args.pool_size, per_q, models,
-                             kept.append if cv else None, cases, args.hook_slates)
+                             kept.append if cv else None, cases, args.hook_slates,
+                             SLATE_ABLATION in (args.ablation or ()))
     if cv:
         runs += _cross_validated(args, kept, budgets, per_q, models, also)
     recs = ev.records(args.dataset, runs, cost)

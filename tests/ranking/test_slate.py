@@ -16,6 +16,7 @@ from agentmemrec.ranking.digest import digest
 from agentmemrec.ranking.slate import (
     HEADER_RESERVE,
     MIN_EXCERPT,
+    SESSION_PULL,
     SLATE_SHARE,
     SlateInputs,
     build_slate,
@@ -63,11 +64,15 @@ def inputs_of(units: list[Unit]) -> SlateInputs:
 
 
 def brute_force(units: list[Unit], budget: int, inputs: SlateInputs) -> list[int]:
-    """Walk the ranking; keep a unit (a long decision as its excerpt, cut to the room left when that
-    is less than its share but not little) if the whole rendered context still fits and its text
-    is not there already."""
+    """Walk the ranking, a turn of a session already kept going SESSION_PULL places up; keep a unit
+    (a long decision as its excerpt, cut to the room left when that is less than its share but not
+    little) if the whole rendered context still fits and its text is not there already."""
     chosen: list[Unit] = []
-    for u in units:
+    pending = list(units)
+    while pending:
+        kept_sessions = {c.session for c in chosen if c.kind == "turn" and c.session is not None}
+        u = pending.pop(min(range(min(len(pending), SESSION_PULL + 1)), key=lambda i: i - SESSION_PULL * (
+            pending[i].kind == "turn" and pending[i].session in kept_sessions)))
         if duplicate_key(u) is not None and duplicate_key(u) in {duplicate_key(c) for c in chosen}:
             continue  # its very text is in the slate already
         room = budget - count_tokens(render("s_x", "p", chosen, inputs)) - HEADER_RESERVE
@@ -99,6 +104,27 @@ def test_an_item_that_does_not_fit_is_skipped_and_the_walk_goes_on():
     slate = build_slate("s_x", "p", ranked_of([big, small]), 200, inputs_of([big, small]))
     assert [it.unit.id for it in slate.items] == [2]
     assert slate.outcomes == {1: "skipped_over_budget", 2: "in_slate"}
+
+
+def test_a_turn_of_a_session_in_the_slate_goes_ahead_of_a_few_candidates_that_would_open_another():
+    """Its header is paid already, and an answer told over several turns of one session needs them
+    all: before, a turn just below a run of other sessions' turns was left out at the budget's end."""
+    def turn(i: int, session: str) -> Unit:
+        return Unit(i, "p", "turn", f"fact number {i} of the story", 0, T0 + timedelta(hours=i), i,
+                    session=session, role="user")
+    head, others, same = turn(1, "a"), [turn(i, f"s{i}") for i in range(2, 1 + SESSION_PULL)], turn(9, "a")
+    units = [head, *others, same]
+    inputs = inputs_of(units)
+    # room for one more item in a session of its own (header and line), which leaves none for `same`
+    budget = build_slate("s_x", "p", ranked_of([head, others[0]]), 10_000, inputs).tokens_used
+    slate = build_slate("s_x", "p", ranked_of(units), budget, inputs)
+    assert [it.unit.id for it in slate.items] == [1, 9]  # it went ahead of the turns of four other sessions
+    assert [it.rank for it in slate.items] == [1, 1 + SESSION_PULL]  # explained by its own rank
+    assert all(slate.outcomes[u.id] == "skipped_over_budget" for u in others)
+    behind = [head, *others, turn(8, "s8"), same]  # one place more than the pull reaches: a tie, and
+    # the higher-ranked goes first
+    assert [it.unit.id for it in build_slate("s_x", "p", ranked_of(behind), budget, inputs_of(behind)).items] \
+        == [1, 2]
 
 
 def test_a_hook_slate_leaves_out_a_decision_that_nothing_but_its_kind_put_there():

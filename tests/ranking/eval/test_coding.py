@@ -55,6 +55,20 @@ def test_eval_builds_the_hooks_slates_when_asked_and_counts_the_decisions_nothin
     assert runs[True]["questions"] == runs[False]["questions"]
 
 
+def test_eval_also_builds_each_variants_slates_without_the_session_pull_when_asked(home, tmp_path, capsys):
+    write_coding(tmp_path / "coding.json")
+    out = tmp_path / "r.json"
+    assert main(["eval", "coding", str(tmp_path / "coding.json"), "--budget", "400", "--budget", "2700",
+                 "--ablation", "session-pull", "--json", str(out)]) == 0  # no --cv, any variant: no model to train
+    records = json.loads(out.read_text())["records"]
+    assert [(r["variant"], r["budget"]) for r in records] == [
+        ("bm25", 400), ("bm25", 2700), ("bm25-no-session-pull", 400), ("bm25-no-session-pull", 2700)]
+    assert len({r["questions"] for r in records}) == 1
+    capsys.readouterr()
+    assert main(["eval", "coding", str(tmp_path / "coding.json"), "--ablation", "session-pull", "relevance"]) == 2
+    assert "--ablation apply to the full variant only" in capsys.readouterr().err  # a feature group retrains
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(format="locomo"), "not a coding benchmark"),
     (lambda d: d["questions"][0].update(kind="trivia"), "unknown kind 'trivia'"),
