@@ -41,10 +41,11 @@ DUPLICATE_MIN_WORDS = 8  # shorter turns ("Yes, I did!") say little alone and ar
 # coding set, where half the questions ask about a decision, that decisions often answer, and in a
 # project with many it fills a small slate with decisions about something else (docs/coding-benchmark.md).
 MATCHED_WITHIN = {"bm25": 10, "dense": 100}
-# A turn of a session the slate already shows walks SESSION_PULL places higher than it ranks, so it
-# goes ahead of up to SESSION_PULL - 1 candidates above it that are not: its section header is paid
-# already, and what answers a question is often told over several turns of one session
-# (docs/evaluation.md, "The session pull").
+# A turn of a session the slate already shows, if it costs no more than the candidate next in line
+# with that one's section header, walks SESSION_PULL places higher than it ranks: it goes ahead of up
+# to SESSION_PULL - 1 candidates that would open a section. Its header is paid already, and what
+# answers a question is often told over several turns of one session (docs/evaluation.md, "The
+# session pull").
 SESSION_PULL = 5
 ASKS_DECISIONS_RE = re.compile(r"\b(?:decid\w*|decisions?|adrs?)\b", re.I)
 
@@ -270,7 +271,7 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     rank_of = {sc.unit.id: sc.rank for sc in ranked}  # a successor keeps its own rank, if ranked
     shown: dict[tuple[str, str], int] = {}  # duplicate_key -> id of the unit in the slate
     twins: dict[int, int] = {}  # a skipped duplicate's id -> its twin's
-    for sc in _walk(ranked, open_sections, inputs, pull):
+    for sc in _walk(ranked, open_sections, costs, pull):
         if sc.unit.id in chosen_ids:
             continue
         if matched_only and unmatched(sc, asks_decisions):
@@ -305,15 +306,25 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
     return _finish(slate_id, project, budget, chosen, outcomes, groups, inputs, fixed, costs, strength, twins)
 
 
-def _walk(ranked: Sequence[ScoredCandidate], open_sections: set[tuple], inputs: SlateInputs, pull: int
+def _walk(ranked: Sequence[ScoredCandidate], open_sections: set[tuple], costs: "_Costs", pull: int
           ) -> Iterator[ScoredCandidate]:
-    """The candidates in rank order, except that one whose session section is in `open_sections`
-    (as it is when the next is asked for) counts `pull` places higher: the first such one among the
-    next `pull` goes first (at `pull` places down it ties with the first, which wins)."""
-    pending = [(section(sc.unit, inputs), sc) for sc in ranked]
+    """The candidates in rank order, except that when the next would open a section, a turn of a
+    session in `open_sections` (as it is when the next is asked for) that costs no more than the
+    next with its header counts `pull` places higher: the first such among the next `pull` goes
+    first (at `pull` places down it ties with the next, which wins)."""
+    pending = list(ranked)
     while pending:
-        yield pending.pop(next((i for i in range(min(len(pending), pull))
-                                if pending[i][0][0] == 2 and pending[i][0] in open_sections), 0))[1]
+        key, size = costs.item(pending[0].unit)
+        pick = 0
+        if key not in open_sections:
+            size += costs.header(key)
+            pick = next((i for i in range(1, min(len(pending), pull))
+                         if _pulled(*costs.item(pending[i].unit), open_sections, size)), 0)
+        yield pending.pop(pick)
+
+
+def _pulled(key: tuple, tokens: int, open_sections: set[tuple], size: int) -> bool:
+    return key[0] == 2 and key in open_sections and tokens <= size
 
 
 MARK_RESERVE = 40  # tokens kept for the excerpt's last line
@@ -410,6 +421,9 @@ class _Costs:
                 self._headers[key] = piece_tokens(header(key) + "\n")
             found = self._items[unit.id, unit.text] = key, item_tokens(unit, self.inputs)
         return found
+
+    def header(self, key: tuple) -> int:
+        return self._headers[key]  # `item` has met a unit of the section
 
     def group(self, group: Sequence[Unit], open_sections: set[tuple]) -> tuple[int, set[tuple]]:
         cost, new = 0, set()

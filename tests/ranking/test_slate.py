@@ -22,9 +22,11 @@ from agentmemrec.ranking.slate import (
     build_slate,
     duplicate_key,
     excerpt,
+    header,
     item_tokens,
     render,
     render_item,
+    section,
 )
 
 T0 = datetime(2026, 1, 1)
@@ -64,15 +66,21 @@ def inputs_of(units: list[Unit]) -> SlateInputs:
 
 
 def brute_force(units: list[Unit], budget: int, inputs: SlateInputs) -> list[int]:
-    """Walk the ranking, a turn of a session already kept going SESSION_PULL places up; keep a unit
-    (a long decision as its excerpt, cut to the room left when that is less than its share but not
-    little) if the whole rendered context still fits and its text is not there already."""
+    """Walk the ranking, a turn of a session already kept, no longer than the next unit with its
+    header, going SESSION_PULL places up; keep a unit (a long decision as its excerpt, cut to the
+    room left when that is less than its share but not little) if the whole rendered context still
+    fits and its text is not there already."""
     chosen: list[Unit] = []
     pending = list(units)
     while pending:
-        kept_sessions = {c.session for c in chosen if c.kind == "turn" and c.session is not None}
-        u = pending.pop(min(range(min(len(pending), SESSION_PULL + 1)), key=lambda i: i - SESSION_PULL * (
-            pending[i].kind == "turn" and pending[i].session in kept_sessions)))
+        shown = {section(c, inputs) for c in chosen}
+        first = pending[0]
+        size = item_tokens(first, inputs) + (count_tokens(header(section(first, inputs)) + "\n")
+                                             if section(first, inputs) not in shown else 0)
+        pulled = [i for i in range(1, min(len(pending), SESSION_PULL))
+                  if pending[i].kind == "turn" and pending[i].session is not None and section(first, inputs) not in shown
+                  and section(pending[i], inputs) in shown and item_tokens(pending[i], inputs) <= size]
+        u = pending.pop(pulled[0] if pulled else 0)
         if duplicate_key(u) is not None and duplicate_key(u) in {duplicate_key(c) for c in chosen}:
             continue  # its very text is in the slate already
         room = budget - count_tokens(render("s_x", "p", chosen, inputs)) - HEADER_RESERVE
