@@ -105,8 +105,11 @@ def eval_records(doc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def variant_label(variant: str) -> str:
-    base, _, group = variant.partition("-no-")
-    return f"{base} without {group} features" if group else variant
+    hook = " (hook slates)" if variant.endswith(" (hook slates)") else ""
+    base, _, group = variant.removesuffix(hook).partition("-no-")
+    if group == "session-pull":  # `--ablation session-pull`: the same rankings, slates walked in rank order
+        return f"{base} without the session pull{hook}"
+    return (f"{base} without {group} features" if group else base) + hook
 
 
 def pool_label(pool: int | None) -> str:

@@ -41,11 +41,10 @@ DUPLICATE_MIN_WORDS = 8  # shorter turns ("Yes, I did!") say little alone and ar
 # coding set, where half the questions ask about a decision, that decisions often answer, and in a
 # project with many it fills a small slate with decisions about something else (docs/coding-benchmark.md).
 MATCHED_WITHIN = {"bm25": 10, "dense": 100}
-# A turn of a session the slate already shows, if it costs no more than the candidate next in line
-# with that one's section header, walks SESSION_PULL places higher than it ranks: it goes ahead of up
-# to SESSION_PULL - 1 candidates that would open a section. Its header is paid already, and what
-# answers a question is often told over several turns of one session (docs/evaluation.md, "The
-# session pull").
+# A turn of a session the slate shows, costing no more than the candidate next in line with that
+# one's header, walks SESSION_PULL places higher: ahead of up to SESSION_PULL - 1 candidates that would
+# open a section. Its header is paid, and an answer told over several turns of one session needs them
+# all (docs/evaluation.md, "The session pull").
 SESSION_PULL = 5
 ASKS_DECISIONS_RE = re.compile(r"\b(?:decid\w*|decisions?|adrs?)\b", re.I)
 
@@ -318,13 +317,9 @@ def _walk(ranked: Sequence[ScoredCandidate], open_sections: set[tuple], costs: "
         pick = 0
         if key not in open_sections:
             size += costs.header(key)
-            pick = next((i for i in range(1, min(len(pending), pull))
-                         if _pulled(*costs.item(pending[i].unit), open_sections, size)), 0)
+            items = (costs.item(pending[i].unit) + (i,) for i in range(1, min(len(pending), pull)))
+            pick = next((i for key, tokens, i in items if key[0] == 2 and key in open_sections and tokens <= size), 0)
         yield pending.pop(pick)
-
-
-def _pulled(key: tuple, tokens: int, open_sections: set[tuple], size: int) -> bool:
-    return key[0] == 2 and key in open_sections and tokens <= size
 
 
 MARK_RESERVE = 40  # tokens kept for the excerpt's last line

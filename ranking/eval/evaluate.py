@@ -1,12 +1,10 @@
-"""`agentmemrec eval`: evidence selection measured stage by stage on LoCoMo, LongMemEval and the
-coding-memory set.
+"""`agentmemrec eval`: evidence selection measured stage by stage on LoCoMo, LongMemEval and the coding-memory set.
 
-Each conversation (LoCoMo), question haystack (LongMemEval) or coding benchmark file (all its
-projects in one store) is written to a fresh temporary store through `Memory.remember`, the write
-path the MCP tool uses; each question then runs the product's selection in its own project
-(`Memory.select` then `Memory.build` per budget, the code `recall` runs). Besides completeness,
-every slate is checked for what must never happen: another project's unit in it, a proposed or
-rejected decision not shown as such, a superseded decision without its successor.
+Each conversation (LoCoMo), question haystack (LongMemEval) or coding benchmark file (all its projects in one
+store) is written to a fresh temporary store through `Memory.remember`, the write path the MCP tool uses; each
+question then runs the product's selection in its own project (`Memory.select` then `Memory.build` per budget,
+the code `recall` runs). Besides completeness, every slate is checked for what must never happen: another
+project's unit in it, a proposed or rejected decision not shown as such, a superseded decision without its successor.
 """
 
 from __future__ import annotations
@@ -165,12 +163,11 @@ class VariantRun:
     unavailable: str | None = None
     matched_only: bool = False  # slates built as the hook builds them (`build_slate`'s `matched_only`)
     pull: int = SESSION_PULL  # the slate's session pull (`build_slate`'s `pull`; 0: the ablation's)
+    twin: "VariantRun | None" = None  # where `record_selection` also scores the selection (`unpulled`)
 
-
-def unpulled(run: VariantRun) -> VariantRun:
-    """`run`'s twin for `--ablation session-pull`: the same selections, slates walked in rank order."""
-    return VariantRun(f"{run.name}-no-session-pull", {b: [] for b in run.outcomes}, {b: [] for b in run.outcomes},
-                      matched_only=run.matched_only, pull=0)
+    def unpulled(self) -> "VariantRun":  # the twin for `--ablation session-pull`: slates walked in rank order
+        return VariantRun(f"{self.name}-no-session-pull", {b: [] for b in self.outcomes},
+                          {b: [] for b in self.outcomes}, matched_only=self.matched_only, pull=0)
 
 
 def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str]:
@@ -182,9 +179,8 @@ def select_questions(cases: list[Case], limit: int | None, seed: int) -> set[str
 
 def _lost_to(selection: Selection, slate_ids: set[int], evidence: frozenset[str],
              outcomes: Mapping[int, str]) -> str | None:
-    """For a complete pool and incomplete slate: 'ranking' if some missing evidence unit ranked
-    below the last item that made the slate or was left out as unmatched (`build_slate`'s
-    `matched_only`), else 'budget' (it ranked higher but did not fit)."""
+    """For a complete pool and incomplete slate: 'ranking' if some missing evidence unit ranked below the last item
+    that made the slate or was left out as unmatched (`matched_only`), else 'budget' (it ranked higher, did not fit)."""
     cutoff = max((sc.rank for sc in selection.ranked if sc.unit.id in slate_ids), default=0)
     missing = [sc for sc in selection.ranked if sc.unit.ref in evidence and sc.unit.id not in slate_ids]
     return ("ranking" if any(sc.rank > cutoff or outcomes.get(sc.unit.id) == "left_out_unmatched" for sc in missing)
@@ -196,15 +192,15 @@ def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: 
              per_question: list[dict[str, Any]] | None = None, models: EvalModels = EvalModels(),
              keep: Keeper | None = None, cases: list[Case] | None = None,
              matched_only: bool = False, without_pull: bool = False) -> tuple[list[VariantRun], dict[str, float]]:
-    """Run each variant on each question (of `cases`, read from `paths` if not given). With `keep`, the
-    hidden features variant runs too and its selections go to `keep` (for cross-validated training).
-    With `without_pull`, each variant's slates are also built without the session pull (its twin)."""
+    """Run each variant on each question (of `cases`, read from `paths` if not given). With `keep`, the hidden
+    features variant runs too, its selections to `keep` (cross-validation); `without_pull`: `unpulled` twins."""
     variants = check_variants(variants) + ([FEATURES_VARIANT] if keep is not None else [])
     cases = list(read_cases(dataset, paths)) if cases is None else cases
     chosen = select_questions(cases, limit, seed)
     runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}, matched_only=matched_only)
             for v in variants}
-    twins = {v: unpulled(r) for v, r in runs.items() if v != FEATURES_VARIANT} if without_pull else {}
+    for run in runs.values() if without_pull else ():
+        run.twin = run.unpulled()
     cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}
     config = RecallConfig(pool_size=pool_size)
     bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=False, mininterval=1.0)
@@ -218,12 +214,12 @@ def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: 
                 memories = _open_variants(runs, stores)
                 _ingest(stores, memories, case, cost)
                 for q in questions:
-                    _ask(q, case, memories, runs, budgets, per_question, keep, twins)
+                    _ask(q, case, memories, runs, budgets, per_question, keep)
                     bar.update(1)
             finally:
                 stores.store.close()
     bar.close()
-    return [r for v, r in runs.items() if v != FEATURES_VARIANT] + list(twins.values()), cost
+    return (done := [r for v, r in runs.items() if v != FEATURES_VARIANT]) + [r.twin for r in done if r.twin], cost
 
 
 def _open_variants(runs: dict[str, VariantRun], stores: CaseStores) -> dict[str, Memory]:
@@ -260,8 +256,7 @@ def _ingest(stores: CaseStores, memories: dict[str, Memory], case: Case, cost: d
 
 
 def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, VariantRun],
-         budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None,
-         twins: Mapping[str, VariantRun]) -> None:
+         budgets: Sequence[int], per_question: list[dict[str, Any]] | None, keep: Keeper | None) -> None:
     for name, memory in memories.items():
         t0 = time.perf_counter()
         selection = memory.select(q.project, q.text, q.as_of)
@@ -270,8 +265,6 @@ def _ask(q: Question, case: Case, memories: dict[str, Memory], runs: dict[str, V
             keep(Kept(case.case_id, q, selection, select_ms))
             continue
         record_selection(runs[name], case.case_id, q, selection, select_ms, budgets, per_question)
-        if name in twins:
-            record_selection(twins[name], case.case_id, q, selection, select_ms, budgets, None)
 
 
 @dataclass(frozen=True)
@@ -332,6 +325,8 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
             record["violations"][str(budget)] = dict(zip(("leaked", "misshown", "orphaned"), checks))
     if per_question is not None:
         per_question.append(record)
+    if run.twin is not None:
+        record_selection(run.twin, case_id, q, selection, select_ms, budgets, None)
 
 
 STATUS_MARKS = {"proposed": "(proposed, not confirmed,", "rejected": "(REJECTED,"}

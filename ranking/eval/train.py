@@ -130,11 +130,12 @@ def folds_of(groups: Sequence[Group], k: int, by_case: bool, seed: int) -> list[
 def cross_validate(groups: Sequence[Group], name: str, budgets: Sequence[int], k: int, by_case: bool,
                    drop: Sequence[str] = (), seed: int = 0,
                    per_question: list[dict[str, Any]] | None = None, extra: Sequence[Group] = (),
-                   matched_only: bool = False, twin: VariantRun | None = None) -> VariantRun:
+                   matched_only: bool = False, without_pull: bool = False) -> VariantRun:
     """Each fold ranked by a model that never saw it (trained on the other folds and on `extra`,
     other datasets), its evidence strength fitted the same way; slates built and scored as in `eval`,
-    and also as `twin` builds them (`evaluate.unpulled`), if given."""
+    and with `without_pull` also in its `twin` (`VariantRun.unpulled`)."""
     run = VariantRun(name, {b: [] for b in budgets}, {b: [] for b in budgets}, matched_only=matched_only)
+    run.twin = run.unpulled() if without_pull else None
     for i, fold in enumerate(folds_of(groups, k, by_case, seed)):
         train = [g for g in groups if g.kept.question.qid not in fold] + list(extra)
         boosters, _ = train_ensemble(train, drop, seed, desc=f"{name}: fold {i + 1}/{k}")
@@ -146,8 +147,6 @@ def cross_validate(groups: Sequence[Group], name: str, budgets: Sequence[int], k
             ms = g.kept.select_ms + (time.perf_counter() - t0) * 1000
             selection = _with_ranking(g.kept.selection, ranked, strength.predict(ranked) if strength else None)
             record_selection(run, g.kept.case_id, g.kept.question, selection, ms, budgets, per_question)
-            if twin is not None:
-                record_selection(twin, g.kept.case_id, g.kept.question, selection, ms, budgets, None)
     return run
 
 

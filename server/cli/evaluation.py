@@ -185,16 +185,13 @@ def _check_folds(args: argparse.Namespace, cases: list[Any]) -> None:
 
 def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
                      per_q: list[dict[str, Any]] | None, models: Any, also: list[Any]) -> list[Any]:
-    from agentmemrec.ranking.eval.evaluate import VariantRun, unpulled  # noqa: PLC0415
     from agentmemrec.ranking.eval.train import cross_validate, to_group  # noqa: PLC0415
     groups = [to_group(k) for k in kept]
     extra = [g for source in also for g in _groups(source, args, models)]
     by_case = args.dataset in ("locomo", "coding")  # conversations and projects stay whole
-    twin = [unpulled(VariantRun("full", {b: [] for b in budgets}, {b: [] for b in budgets},
-                                  matched_only=args.hook_slates))
-            ] if SLATE_ABLATION in (args.ablation or ()) else []
-    runs = [cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q,
-                           extra=extra, matched_only=args.hook_slates, twin=twin[0] if twin else None), *twin]
+    full = cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q, extra=extra,
+                          matched_only=args.hook_slates, without_pull=SLATE_ABLATION in (args.ablation or ()))
+    runs = [full] + ([full.twin] if full.twin is not None else [])
     ablations = _ablations()
     chosen = args.ablation or ([] if args.ablation is None else [n for n in ablations if n != "cross-encoder"])
     for name in (n for n in chosen if n != SLATE_ABLATION):
