@@ -13,7 +13,7 @@ import json
 import logging
 from typing import Any
 
-import mcp_types as types
+import mcp.types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
