@@ -307,10 +307,9 @@ def build_slate(slate_id: str, project: str, ranked: Sequence[ScoredCandidate], 
 
 def _walk(ranked: Sequence[ScoredCandidate], open_sections: set[tuple], costs: "_Costs", pull: int
           ) -> Iterator[ScoredCandidate]:
-    """The candidates in rank order, except that when the next would open a section, a turn of a
-    session in `open_sections` (as it is when the next is asked for) that costs no more than the
-    next with its header counts `pull` places higher: the first such among the next `pull` goes
-    first (at `pull` places down it ties with the next, which wins)."""
+    """The candidates in rank order, except that when the next would open a section, a turn of a session in
+    `open_sections` (as it is when the next is asked for) costing no more than the next with its header counts
+    `pull` places higher: the first such among the next `pull` goes first (at `pull` down it ties, and loses)."""
     pending = list(ranked)
     while pending:
         key, size = costs.item(pending[0].unit)
@@ -318,7 +317,8 @@ def _walk(ranked: Sequence[ScoredCandidate], open_sections: set[tuple], costs: "
         if key not in open_sections:
             size += costs.header(key)
             items = (costs.item(pending[i].unit) + (i,) for i in range(1, min(len(pending), pull)))
-            pick = next((i for key, tokens, i in items if key[0] == 2 and key in open_sections and tokens <= size), 0)
+            pick = next((i for turn_key, tokens, i in items
+                         if turn_key[0] == 2 and turn_key in open_sections and tokens <= size), 0)
         yield pending.pop(pick)
 
 
