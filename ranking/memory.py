@@ -26,14 +26,7 @@ from agentmemrec.indexing.store.backends import open_store
 from agentmemrec.indexing.store.protocol import Store, WriteResult
 from agentmemrec.indexing.store.sessions import SessionIndex, SessionSnapshot
 from agentmemrec.indexing.store.slates import SlateLog
-from agentmemrec.indexing.units import (
-    Unit,
-    check_names,
-    check_project,
-    check_utf8,
-    parse_time,
-    validate_batch,
-)
+from agentmemrec.indexing.units import Unit, check_names, check_project, check_utf8, parse_time, validate_batch
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
 from agentmemrec.ranking.explanation import abridge, add_top_features, diagnose, pack_pool, unpack
 from agentmemrec.ranking.features import warm_text_features
@@ -387,6 +380,7 @@ class Memory:
             raise InputError(f"unknown slate id {str(slate_id)[:40]!r}; pass the slate_id that recall_slate "
                              "returned (slates of other projects are not visible)")
         project, payload = saved[0], unpack(saved[1])
+        self.store.refresh(project)  # a write another replica acknowledged is "later", not "never in pool"
         live = self.store.units(project, [c["id"] for c in payload["candidates"]])
         # forgotten units never reappear; a decision's status is the one in force in the slate
         candidates = [{**_unit_fields(live[c["id"]]), **c} for c in payload["candidates"] if c["id"] in live]

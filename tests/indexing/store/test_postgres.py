@@ -270,6 +270,23 @@ def test_a_slate_recalled_through_one_replica_is_explained_through_another_befor
         explainer.close()
 
 
+def test_a_unit_written_through_another_replica_after_the_slate_is_explained_as_later_before_its_notify_is_heard(
+        pg_url, monkeypatch):
+    """Before, the explaining replica compared the slate's generation with the one it last heard
+    of, so a unit written through another replica after the recall was labelled never_in_pool."""
+    embedder = BagOfWords()
+    writer, reader = memory_on(PostgresStore(pg_url), embedder), memory_on(PostgresStore(pg_url), embedder)
+    reader.remember("p", [{"kind": "turn", "ref": "old", "text": "kafka partitions payment events"}])
+    anyio.run(_until, lambda: reader.store.generations.listening)
+    slate = reader.recall("p", "kafka partitions")
+    monkeypatch.setattr(reader.store.generations, "forget", lambda key: None)  # its NOTIFY not heard yet
+    writer.remember("p", [{"kind": "turn", "ref": "new", "text": "kafka partitions order events"}])
+    [why] = reader.explain(slate.slate_id, {"p"}, refs=["new"])["diagnosis"]
+    assert why["stage"] == "not_eligible" and "after this slate was built" in why["units"][0]["detail"]
+    writer.close()
+    reader.close()
+
+
 def test_a_replica_whose_embedder_is_idle_notes_the_units_another_replica_wrote_and_not_yet_embedded(pg_url):
     """Before, its notes said nothing (its own worker was idle) and the slate was BM25's alone."""
     embedder = BagOfWords()
