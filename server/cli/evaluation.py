@@ -44,7 +44,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    "default 2400, 2550, 2700)")
     _pool_arg(p)
     p.add_argument("--limit", type=positive, default=None, help="evaluate a random sample of N questions")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of training (default 0)")
+    p.add_argument("--seed", type=int, action="append", default=None,
+                   help="seed of the sample and of training (default 0); with --cv, repeat it to cross-validate "
+                        "the same pools with each seed in turn, one result each (--json, --per-question and "
+                        "--plot then name the file with {seed}, e.g. r-{seed}.json); the sample is the first's")
     p.add_argument("--json", type=Path, help="write one record per (variant, budget) here")
     p.add_argument("--per-question", type=Path,
                    help="write each question's evidence, its pool and final ranks, and slate hits (JSONL)")
@@ -183,20 +186,41 @@ def _check_folds(args: argparse.Namespace, cases: list[Any]) -> None:
                          f"fold); these files hold {len(keys)}: lower --cv or add files")
 
 
-def _cross_validated(args: argparse.Namespace, kept: list[Any], budgets: list[int],
-                     per_q: list[dict[str, Any]] | None, models: Any, also: list[Any]) -> list[Any]:
-    from agentmemrec.ranking.eval.train import cross_validate, to_group  # noqa: PLC0415
-    groups = [to_group(k) for k in kept]
-    extra = [g for source in also for g in _groups(source, args, models)]
+def _seeds(args: argparse.Namespace) -> list[int]:
+    """The seeds to cross-validate with (`args.seed` becomes the first, which draws the sample); with
+    several, each output path names its file with {seed}, checked before any work."""
+    seeds = args.seed or [0]
+    args.seed = seeds[0]
+    if len(seeds) > 1:
+        if not args.cv:
+            raise InputError("several --seed values cross-validate the same pools with each seed: add --cv K, "
+                             "or give one --seed")
+        if len(set(seeds)) < len(seeds):
+            raise InputError(f"--seed repeats a value ({', '.join(map(str, seeds))}); give each seed once")
+        for flag, path in (("--json", args.json), ("--per-question", args.per_question), ("--plot", args.plot)):
+            if path is not None and "{seed}" not in str(path):
+                raise InputError(f"{flag} {path} would hold the result of one seed of {len(seeds)}: put {{seed}} "
+                                 f"in its name, e.g. {path.with_name(path.stem + '-{seed}' + path.suffix)}")
+    return seeds
+
+
+def _for_seed(path: Path | None, seed: int) -> Path | None:
+    return None if path is None else Path(str(path).replace("{seed}", str(seed)))
+
+
+def _cross_validated(args: argparse.Namespace, groups: list[Any], extra: list[Any], budgets: list[int],
+                     per_q: list[dict[str, Any]] | None, seed: int) -> list[Any]:
+    """The full variant (and the asked ablations) cross-validated with `seed`: its folds and boosters."""
+    from agentmemrec.ranking.eval.train import cross_validate  # noqa: PLC0415
     by_case = args.dataset in ("locomo", "coding")  # conversations and projects stay whole
-    full = cross_validate(groups, "full", budgets, args.cv, by_case, seed=args.seed, per_question=per_q, extra=extra,
+    full = cross_validate(groups, "full", budgets, args.cv, by_case, seed=seed, per_question=per_q, extra=extra,
                           matched_only=args.hook_slates, without_pull=SLATE_ABLATION in (args.ablation or ()))
     runs = [full] + ([full.twin] if full.twin is not None else [])
     ablations = _ablations()
     chosen = args.ablation or ([] if args.ablation is None else [n for n in ablations if n != "cross-encoder"])
     for name in (n for n in chosen if n != SLATE_ABLATION):
         runs.append(cross_validate(groups, f"full-no-{name}", budgets, args.cv, by_case, ablations[name],
-                                   args.seed, extra=extra, matched_only=args.hook_slates))
+                                   seed, extra=extra, matched_only=args.hook_slates))
     return runs
 
 
@@ -220,11 +244,11 @@ def _refuse_its_training_data(args: argparse.Namespace, variants: list[str], ran
 
 
 def _result(args: argparse.Namespace, models: Any, budgets: list[int], data: dict[str, Any],
-            recs: list[dict[str, Any]]) -> dict[str, Any]:
+            recs: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     """A result file: the records and what produced them, so a table made of it can say how to
     measure it again (docs/generate.py)."""
     return {"command": "agentmemrec " + shlex.join(args.argv), "dataset": args.dataset,
-            "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": args.seed,
+            "pool_size": args.pool_size, "budgets": budgets, "cv": args.cv, "seed": seed,
             "limit": args.limit, "embedder": models.embedder.identity if models.embedder else None,
             "query_instruction": models.embedder.query_instruction if models.embedder else None,
             "reranker": models.reranker.identity if models.reranker else None,
@@ -298,9 +322,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise InputError(f"budgets must lie in [200, 200000]; got {bad}")
     variants = ev.check_variants(args.variant or ["bm25"])
     _check_full_options(args, variants)
-    for path, flag in ((args.json, "--json"), (args.per_question, "--per-question")):
-        check_writable(path, flag)
-    _check_plot(args.plot)
+    seeds = _seeds(args)
+    for seed in seeds:
+        for path, flag in ((args.json, "--json"), (args.per_question, "--per-question")):
+            check_writable(_for_seed(path, seed), flag)
+        _check_plot(_for_seed(args.plot, seed))
     [(_, _, cases)] = _read([(args.dataset, args.paths)])
     also = _read(_sources(args.train_also))
     if args.cv:
@@ -318,16 +344,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
                              budgets, args.limit, args.seed, args.pool_size, per_q, models,
                              kept.append if cv else None, cases, args.hook_slates,
                              SLATE_ABLATION in (args.ablation or ()))
-    if cv:
-        runs += _cross_validated(args, kept, budgets, per_q, models, also)
-    recs = ev.records(args.dataset, runs, cost)
     emit(f"dataset {args.dataset}: {cost['ingest_units']} units ingested in {cost['ingest_s']:.1f} s, "
          f"{cost['embed_units']} embedded in {cost['embed_s']:.1f} s")
-    emit(ev.format_table(recs))
-    if args.json:
-        args.json.write_text(json.dumps(_result(args, models, budgets, data, recs), indent=2) + "\n")
-    if per_q is not None:
-        args.per_question.write_text("".join(json.dumps(r) + "\n" for r in per_q))
-    if args.plot:
-        ev.plot(recs, args.plot)
+    if cv:  # the pools and features once, every seed's folds and boosters over them
+        from agentmemrec.ranking.eval.train import to_group  # noqa: PLC0415
+        groups, extra = [to_group(k) for k in kept], [g for source in also for g in _groups(source, args, models)]
+    for seed in seeds:
+        seed_q = None if per_q is None else list(per_q)
+        recs = ev.records(args.dataset, runs + (_cross_validated(args, groups, extra, budgets, seed_q, seed)
+                                                if cv else []), cost)
+        emit((f"seed {seed}:\n" if len(seeds) > 1 else "") + ev.format_table(recs))
+        if args.json:
+            _for_seed(args.json, seed).write_text(json.dumps(_result(args, models, budgets, data, recs, seed),
+                                                             indent=2) + "\n")
+        if seed_q is not None:
+            _for_seed(args.per_question, seed).write_text("".join(json.dumps(r) + "\n" for r in seed_q))
+        if args.plot:
+            ev.plot(recs, _for_seed(args.plot, seed))
     return 0

@@ -127,3 +127,29 @@ def test_unanswerable_questions_are_kept_out_of_completeness_and_rank_the_streng
     assert s["evidence_strength_auroc"] == pytest.approx(3 / 4)  # 0.9 beats both, 0.4 beats 0.2 only
     assert s["evidence_strength_auroc_by_kind"] == {"nothing_stored": 1.0, "unconfirmed_decision": 0.5}
     assert auroc([1.0], [1.0]) == 0.5 and auroc([], [1.0]) is None
+
+
+@pytest.mark.timeout(900)  # 3 runs x 2 folds x 5 boosters
+def test_several_seeds_cross_validate_the_same_pools_and_give_what_each_seed_gives_alone(home, tmp_path, capsys):
+    write_coding(tmp_path / "coding.json")
+    args = ["eval", "coding", str(tmp_path / "coding.json"), "--variant", "bm25", "--variant", "full", "--cv",
+            "2", "--budget", "400", "--budget", "2700"]
+    assert main([*args, "--seed", "0", "--seed", "3", "--json", str(tmp_path / "r-{seed}.json")]) == 0
+    assert "seed 3:" in capsys.readouterr().out
+    assert main([*args, "--seed", "3", "--json", str(tmp_path / "alone.json")]) == 0
+
+    def outcomes(name):  # the records without the run's timings
+        doc = json.loads((tmp_path / name).read_text())
+        return doc["seed"], [{k: v for k, v in r.items() if not k.endswith(("_ms", "_per_s"))} for r in doc["records"]]
+    (zero, first), (three, together), (_, alone) = outcomes("r-0.json"), outcomes("r-3.json"), outcomes("alone.json")
+    assert (zero, three) == (0, 3) and together == alone
+    assert [r["variant"] for r in together] == ["bm25", "bm25", "full", "full"]
+    assert first[:2] == together[:2] and first[0]["questions"] > 0  # bm25 is not trained: the same whatever the seed
+    capsys.readouterr()
+    one = str(tmp_path / "one.json")
+    for extra, said in ((["--seed", "1", "--seed", "2", "--json", one], "put {seed} in its name"),
+                        (["--seed", "1", "--seed", "1"], "--seed repeats a value"),
+                        (["--seed", "1", "--seed", "2", "--cv", "0"], "add --cv K")):
+        assert main([*args, *extra]) == 2
+        assert said in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["alone.json", "coding.json", "r-0.json", "r-3.json"]
