@@ -129,16 +129,20 @@ def by_variant(records: list[dict[str, Any]], wanted: list[str] | None) -> dict[
 
 def eval_caption(paths: list[str], docs: list[dict[str, Any]]) -> str:
     """Each file's command; one that shares most of its words with the first file's is shown by
-    the end that differs (seeds of one run, say), so a long command is spelled out once."""
+    the end that differs (seeds of one run, say), and one written by the same run as the file
+    before it (`--seed` given more than once) by its seed, so a long command is spelled out once."""
     first = docs[0].get("command", "").split()
-    details = []
+    details, before = [], None
     for d in docs:
         words = d.get("command", "").split()
         same = len(os.path.commonprefix([first, words]))
-        if d is not docs[0] and first[same:] and words[same:] and same >= max(len(words), len(first)) // 2:
+        if words and words == before:  # one run of several seeds (--seed given more than once)
+            details.append(f"the same command as the file before, its seed {d.get('seed')}")
+        elif d is not docs[0] and first[same:] and words[same:] and same >= max(len(words), len(first)) // 2:
             details.append(f"the first command with `{' '.join(first[same:])}` replaced by `{' '.join(words[same:])}`")
         else:
             details.append(f"`{d['command']}`" if words else "")
+        before = words
     return sources(paths, details)
 
 
