@@ -102,9 +102,12 @@ class DenseSnapshot:
         k = min(k, int(np.isfinite(scores).sum()))
         if k <= 0:
             return []
-        top = np.argpartition(-scores, k - 1)[:k]
+        # every row tied with the k-th best, so the cut-off keeps the lower ids of a tie: which rows of a
+        # tie argpartition returns depends on the CPU's sort kernel, and a tie straddled the cut-off
+        kth = np.partition(-scores, k - 1)[k - 1]
+        top = np.flatnonzero(-scores <= kth)
         ids = self._row_ids
-        top = top[np.lexsort((ids[top], -scores[top]))]
+        top = top[np.lexsort((ids[top], -scores[top]))][:k]
         return [DenseHit(i, r, s) for r, (i, s) in enumerate(zip(ids[top].tolist(), scores[top].tolist()), 1)]
 
     def lookup(self, query: np.ndarray, ids: list[int]) -> dict[int, float]:

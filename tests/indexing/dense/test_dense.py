@@ -227,3 +227,21 @@ def test_an_outage_costs_the_background_embedder_one_log_line_not_a_traceback_pe
         "background embedding waits for the store: the PostgreSQL store at db:5432/memory cannot be reached "
         "(no connection)", "the store answers again: background embedding resumes"]
     assert not any(r.exc_info for r in said)
+
+
+def test_a_tie_at_the_cut_off_keeps_the_lower_ids(tmp_path):
+    """Units of the same words tie exactly; which tied rows argpartition returned depended on the
+    CPU's sort kernel, so a pool's last places (and the exact-recall records) moved between machines."""
+    store, embedder = DuckDBStore(tmp_path / "m.duckdb"), BagOfWords()
+    rng = np.random.default_rng(5)
+    texts = ["cache eviction policy", "cache eviction", "policy review notes", "eviction"]
+    store.write("p", validate_batch([{"kind": "turn", "ref": f"r{i}", "text": texts[t]}
+                                     for i, t in enumerate(rng.integers(0, 4, 600))]))
+    embed_pending(store.vectors(embedder.identity), embedder)
+    snap = DenseIndex(store, embedder).snapshot("p")
+    query = embedder.embed(["cache eviction policy"])[0]
+    assert len(snap.ids) == 600
+    every = sorted(zip(snap.similarities(query).tolist(), snap._row_ids.tolist()), key=lambda s: (-s[0], s[1]))
+    for k in (7, 150, 151, 299, 420):
+        assert [h.unit_id for h in snap.exact_search(query, k)] == [i for _, i in every[:k]]
+    store.close()
