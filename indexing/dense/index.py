@@ -104,8 +104,8 @@ class DenseSnapshot:
             return []
         # every row tied with the k-th best, so the cut-off keeps the lower ids of a tie: which rows of a
         # tie argpartition returns depends on the CPU's sort kernel, and a tie straddled the cut-off
-        kth = np.partition(-scores, k - 1)[k - 1]
-        top = np.flatnonzero(-scores <= kth)
+        kth = -np.partition(-scores, k - 1)[k - 1]
+        top = np.flatnonzero(scores >= kth)
         ids = self._row_ids
         top = top[np.lexsort((ids[top], -scores[top]))][:k]
         return [DenseHit(i, r, s) for r, (i, s) in enumerate(zip(ids[top].tolist(), scores[top].tolist()), 1)]
