@@ -24,6 +24,6 @@ def emit(text: str = "", end: str = "\n") -> None:
 
 
 def complain(text: str) -> None:
-    """A command's error line, on stderr: `agentmemrec: ...`."""
+    """A command's error line, or a notice such as an empty home's, on stderr: `agentmemrec: ...`."""
     sys.stderr.write(f"agentmemrec: {printable(text)}\n")
     sys.stderr.flush()

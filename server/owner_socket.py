@@ -7,6 +7,7 @@ loaded, does the work. `owner.py` serves the socket; this is the small client's 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -45,12 +46,17 @@ def socket_path(home: Path) -> Path:
     return private / (hashlib.sha256(os.fsencode(home)).hexdigest()[:32] + ".sock")
 
 
-def private_home(home: Path) -> None:
+def private_home(home: Path, create: bool = True) -> None:
     """The home exists, is this user's and no one else may write in it (a home another user can
     write could hold a socket or store of theirs). A new home is created 0700; one that others
-    may read is made so."""
+    may read is made so. With `create=False` (a command that only reads, in a home without a
+    store yet) nothing is made or changed, and what making the home would meet is refused alike."""
     try:
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if create:
+            home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        elif not home.is_dir():
+            _could_make(home)
+            return
         info = home.stat()
     except OSError as exc:  # a read-only HOME, a folder of another user's on the way
         raise StoreError(f"cannot create the memory store's home {home}: {exc.strerror} ({exc.filename}); "
@@ -62,8 +68,19 @@ def private_home(home: Path) -> None:
     if info.st_mode & 0o022:
         raise StoreError(f"the memory store's home {home} may be written by other users; "
                          f"make it yours alone with: chmod 700 {home}")
-    if info.st_mode & 0o077:
+    if info.st_mode & 0o077 and create:
         os.chmod(home, 0o700)
+
+
+def _could_make(home: Path) -> None:
+    """Raise the error `home.mkdir(parents=True)` would meet, without making anything."""
+    path = [home, *home.parents]
+    at = next(i for i, p in enumerate(path) if os.path.lexists(p))
+    if not path[at].is_dir():  # the home itself, or a folder on the way, is a file
+        code = errno.EEXIST if at == 0 else errno.ENOTDIR
+        raise OSError(code, os.strerror(code), str(home))
+    if not os.access(path[at], os.W_OK | os.X_OK):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(path[at - 1]))
 
 
 def take_lock(home: Path) -> int | None:

@@ -6,12 +6,15 @@ import argparse
 import contextlib
 import logging
 import os
+import secrets
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from agentmemrec.server.console import printable
+from agentmemrec.server.console import complain, printable
 from agentmemrec.server.hook_process import LOG_BYTES
+from agentmemrec.server.owner_socket import private_home
 from agentmemrec.server.settings import Settings
 
 
@@ -144,6 +147,50 @@ def open_memory(settings: Settings, one_shot: bool = True):  # noqa: ANN201 - Sh
     from agentmemrec.server.owner import shared_memory  # noqa: PLC0415
     at_close = embed_written if one_shot else None
     return shared_memory(settings, one_shot, at_close).start(raise_errors=True)  # said once, by main
+
+
+def read_memory(settings: Settings):  # noqa: ANN201 - SharedMemory or EmptyMemory
+    """The memory a command that only reads (`ls`, `show`, `stats`, `recall`) reads: `open_memory`'s,
+    or, in a home whose DuckDB file does not exist yet, `EmptyMemory`, after a line on stderr that
+    says so and how to add memory: a read must not make the store (nor take the owner lock). A
+    home that could not hold one is refused as a write would be. A team store is always opened."""
+    database = settings.home / "memory.duckdb"
+    if settings.store is not None or database.exists():
+        return open_memory(settings)
+    private_home(settings.home, create=False)
+    complain(f"nothing is stored yet in {database}; add memory with `agentmemrec import`, `watch` or "
+             "`setup` (a client set up then remembers through its server)")
+    return EmptyMemory()
+
+
+class EmptyMemory:
+    """What `SharedMemory` answers for a store that holds nothing, without one: no projects, no
+    units, `show` refused as an empty store refuses it, and `recall` the slate of an empty project
+    (its id is not saved: there is nothing to explain)."""
+
+    def call(self, op: str, *args: Any) -> Any:
+        if op == "show":
+            from agentmemrec.ranking.views import show  # noqa: PLC0415
+            return show(self, *args)  # the ref's checks, and "names no unit", as from a store
+        return {"kinds": {}, "decisions": [], "notes": []}[op]
+
+    def projects(self) -> dict[str, int]:
+        return {}
+
+    def recall(self, project: str, query: str, budget: int = 2700, as_of: str | None = None) -> Any:
+        from agentmemrec.ranking.slate import SlateInputs, build_slate  # noqa: PLC0415
+        slate_id = f"s_{secrets.randbelow(10 ** 16):016d}"  # the form of ranking.memory.build's ids
+        slate = build_slate(slate_id, project, [], budget, SlateInputs({}, {}), 0.0, query)  # 0: nothing matched
+        return replace(slate, notes=(f"project {project!r} holds no units yet",))
+
+    def refresh(self, project: str) -> None:  # what `show` reads of a store
+        pass
+
+    def ids_for(self, project: str, ref_or_id: str) -> list[int]:
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 def embed_written(memory: Any) -> None:

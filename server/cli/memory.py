@@ -17,6 +17,7 @@ from agentmemrec.server.cli.common import (
     note_args,
     open_memory,
     project_args,
+    read_memory,
     redact_arg,
     source_settings,
     store_arg,
@@ -198,7 +199,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
     # refused before the store is opened or made, naming the flags
     check_query(args.query), check_budget(args.budget, "--budget"), parse_time(args.as_of, "--as-of")
     settings = Settings.load(args.project, store=args.store)
-    memory = open_memory(settings)
+    memory = read_memory(settings)
     try:
         slate = memory.recall(settings.project, args.query, args.budget, args.as_of)
         counts = memory.projects() if not slate.items else {}

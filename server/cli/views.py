@@ -8,7 +8,7 @@ import json
 from typing import Any, Callable
 
 from agentmemrec.indexing.store.backends import describe_store
-from agentmemrec.server.cli.common import open_memory, project_args, store_arg
+from agentmemrec.server.cli.common import project_args, read_memory, store_arg
 from agentmemrec.server.console import emit
 from agentmemrec.server.settings import Settings
 
@@ -45,7 +45,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         from agentmemrec.ranking.memory import check_budget  # noqa: PLC0415
         check_budget(args.budget, "--budget")
     settings = Settings.load(args.project, store=args.store)
-    memory = open_memory(settings)
+    memory = read_memory(settings)
     try:
         if args.decisions:
             decisions = memory.call("decisions", settings.project)
@@ -81,7 +81,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from agentmemrec.server.views import unit_out  # noqa: PLC0415
     settings = Settings.load(args.project, store=args.store)
-    memory = open_memory(settings)
+    memory = read_memory(settings)
     try:
         units = memory.call("show", settings.project, args.ref)
     finally:
@@ -98,7 +98,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     settings = Settings.load(args.project, store=args.store)
-    memory = open_memory(settings)
+    memory = read_memory(settings)
     try:
         kinds = memory.call("kinds")
         if args.project:

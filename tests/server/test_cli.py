@@ -112,6 +112,49 @@ def test_ls_show_and_stats_say_what_memory_holds(home, tmp_path, capsys):
     assert "project dcos holds nothing yet" in capsys.readouterr().out
 
 
+def test_reading_a_fresh_home_makes_no_store_and_says_how_to_add_memory(home, tmp_path, capsys):
+    """`ls`, `show`, `stats` and `recall` made an empty memory.duckdb (and took the owner lock) to
+    read nothing: a read must not write. They answer as an empty store does, and say on stderr
+    where nothing is stored yet and how to add memory; once something is, they read it."""
+    database = home / "memory.duckdb"
+
+    def read(*args: str, code: int = 0) -> tuple[str, str]:
+        assert main(list(args)) == code, args
+        assert not home.exists(), args  # no store file, no owner lock: the home is as it was
+        out, err = capsys.readouterr()
+        assert f"nothing is stored yet in {database}; add memory with `agentmemrec import`" in err, (args, err)
+        return out, err
+
+    assert read("ls")[0].splitlines()[1] == f"-- no project yet in {home}; add memory with `agentmemrec import`, " \
+                                           "`watch` or `setup`"
+    assert json.loads(read("ls", "--json")[0]) == []
+    assert read("ls", "--decisions", "--project", "infra")[0] == "project infra holds no decision in force\n"
+    assert json.loads(read("ls", "--decisions", "--project", "infra", "--json")[0]) == {
+        "project": "infra", "context": "", "left_out": 0}
+    assert read("stats")[0] == f"store {database} (0.0 MiB), 0 projects\n"
+    assert json.loads(read("stats", "--json")[0]) == {"home": str(home), "store": str(database),
+                                                      "database_bytes": 0, "projects": []}
+    assert "'port' names no unit in project 'infra'" in read("show", "port", "--project", "infra", code=2)[1]
+    slate = json.loads(read("recall", "which port", "--project", "infra", "--json")[0])
+    assert slate["items"] == [] and slate["evidence_strength"] == 0.0 and slate["slate_id"].startswith("s_")
+    assert slate["notes"] == ["project 'infra' holds no units yet",
+                              "projects in this store: none yet; pick one with --project"]
+    out = read("recall", "which port", "--project", "infra")[0]
+    assert re.search(r"^-- slate s_\d+: 0 items, \d+/2700 tokens, evidence strength 0\.00 ", out, re.M), out
+    assert "-- note: project 'infra' holds no units yet" in out
+
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080.", "ref": "port"}))
+    assert main(["import", str(src), "--project", "infra"]) == 0
+    capsys.readouterr()
+    for args, said in ((["ls"], r"^infra +1 +1 +0 +0$"), (["stats"], r"^infra: 1 units"),
+                       (["show", "port"], r"^The API listens on port 8080\.$"),
+                       (["recall", "which port does the API listen on"], r"^\[#\d+\] user: The API listens on port")):
+        assert main([*args, "--project", "infra"]) == 0
+        out, err = capsys.readouterr()
+        assert re.search(said, out, re.M) and "nothing is stored yet" not in err, (args, out, err)
+
+
 def test_stats_names_the_postgresql_store_it_read_without_its_password(home, tmp_path, pg_url, capsys):
     src = tmp_path / "items.jsonl"
     src.write_text(json.dumps({"kind": "turn", "text": "The API listens on port 8080.", "ref": "port"}))
