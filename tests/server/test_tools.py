@@ -145,6 +145,20 @@ async def test_a_proposed_or_rejected_successor_replaces_nothing_until_it_is_acc
     assert (await _in_force(client))["q-1"] == "accepted"
 
 
+async def test_a_free_text_field_sent_blank_counts_as_left_out(client):
+    """Clients fill unset optional fields with "": a blank `supersedes` replaces nothing, a blank
+    title is no title; a choice field sent blank is refused, naming its choices."""
+    await call(client, "remember", items=[
+        _decision("q-1", "Use RabbitMQ as the job queue broker.", 1),
+        _decision("q-2", "Retry a failed job three times before the dead-letter queue.", 2, supersedes=" ",
+                  title="")])
+    assert await _in_force(client) == {"q-1": "accepted", "q-2": "accepted"}
+    slate = await call(client, "recall_slate", with_items=True, query="job retries dead-letter queue")
+    assert [i.get("title") for i in slate["items"] if i["ref"] == "q-2"] == [None]
+    error = await call_error(client, "remember", items=[_decision("q-3", "Use SQS.", 3, status="")])
+    assert "field 'status': must be one of" in error and "nothing was changed" in error
+
+
 async def test_forgetting_a_link_of_a_chain_keeps_the_older_decisions_replaced(client):
     await call(client, "remember", items=[
         _decision("q-1", "Use RabbitMQ as the job queue broker.", 1),
