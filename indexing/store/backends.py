@@ -50,11 +50,16 @@ def _masked(setting: object) -> str:
     return re.sub(r"(?i)\b(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)", r"\1***", text)
 
 
+def database_file(home: Path) -> Path:
+    """A home's DuckDB store file (it exists once something has been written)."""
+    return Path(home) / "memory.duckdb"
+
+
 def open_store(home: Path, url: str | None = None) -> Store:
     """The store for a home: its DuckDB file, or the PostgreSQL database `url` names."""
     if url is None:
         from agentmemrec.indexing.store.duckdb_store import DuckDBStore  # noqa: PLC0415
-        return DuckDBStore(Path(home) / "memory.duckdb")
+        return DuckDBStore(database_file(home))
     return postgres_backend().PostgresStore(check_store_url(url))
 
 
@@ -62,7 +67,7 @@ def describe_store(home: Path, url: str | None = None) -> tuple[str, int | None]
     """Where the store for a home is, for people (a URL without its password), and its size in
     bytes where it can be read cheaply (None: unknown)."""
     if url is None:
-        database = Path(home) / "memory.duckdb"
+        database = database_file(home)
         return str(database), database.stat().st_size if database.exists() else 0
     backend = postgres_backend()
     return f"postgresql://{backend.described(check_store_url(url))}", backend.store_bytes(url)

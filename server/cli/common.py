@@ -154,7 +154,8 @@ def read_memory(settings: Settings):  # noqa: ANN201 - SharedMemory or EmptyMemo
     or, in a home whose DuckDB file does not exist yet, `EmptyMemory`, after a line on stderr that
     says so and how to add memory: a read must not make the store (nor take the owner lock). A
     home that could not hold one is refused as a write would be. A team store is always opened."""
-    database = settings.home / "memory.duckdb"
+    from agentmemrec.indexing.store.backends import database_file  # noqa: PLC0415
+    database = database_file(settings.home)
     if settings.store is not None or database.exists():
         return open_memory(settings)
     private_home(settings.home, create=False)

@@ -25,10 +25,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm  # noqa: PLC0415
 
-    from agentmemrec.indexing.store.backends import check_store_url, open_store  # noqa: PLC0415
+    from agentmemrec.indexing.store.backends import check_store_url, database_file, open_store  # noqa: PLC0415
     from agentmemrec.indexing.store.migrate import migrate, units_to_move  # noqa: PLC0415
     url, home = check_store_url(args.to, "--to"), Settings.load().home
-    if not (home / "memory.duckdb").exists():
+    if not database_file(home).exists():
         raise InputError(f"no store to migrate in {home}; set AGENTMEMREC_HOME to the home that holds it")
     try:
         source = open_store(home)
