@@ -40,6 +40,7 @@ T = TypeVar("T")
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
 MAX_QUERY_CHARS = 8_000
 SLATE_ID = re.compile(r"s_(?:[0-9]{16}|[0-9a-f]{12})")  # 12 hex digits: saved before ids were digits
+EMPTY_PROJECT_NOTE = "project {!r} holds no units yet"  # a recall's note where the project holds nothing
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ class Memory:
         slate = self.build(selection, budget, matched_only)
         notes = self.notes(project) + list(selection.notes)
         if not slate.items and self.store.count_units(project) == 0:
-            notes.append(f"project {project!r} holds no units yet")
+            notes.append(EMPTY_PROJECT_NOTE.format(project))
         elif not slate.items and selection.ranked:
             notes.append(f"the best matches did not fit budget_tokens={budget}; ask again with a larger budget")
         top = float(selection.ranked[0].score) if selection.ranked else None
@@ -408,12 +409,15 @@ class Memory:
 
 def build(selection: Selection, budget: int, id_prefix: str = "", matched_only: bool = False, pull: int = SESSION_PULL
           ) -> Slate:
-    """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with `id_prefix`).
-    The id is decimal digits, which the tokenizer cuts into the same number of tokens whatever they are: with
-    hex digits the slate's first line took 19 to 28 tokens, so the room left for items changed with the id."""
-    slate_id = "s_" + (id_prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
-    return build_slate(slate_id, selection.project, selection.ranked, budget, selection.inputs,
+    """Stage 4 for a selection: the slate at one budget, under a fresh slate id (starting with `id_prefix`)."""
+    return build_slate(new_slate_id(id_prefix), selection.project, selection.ranked, budget, selection.inputs,
                        selection.strength, selection.query, matched_only, pull)
+
+
+def new_slate_id(prefix: str = "") -> str:
+    """Decimal digits, which the tokenizer cuts into the same number of tokens whatever they are: with
+    hex digits the slate's first line took 19 to 28 tokens, so the room left for items changed with the id."""
+    return "s_" + (prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
 
 
 def _unit_fields(u: Unit) -> dict[str, Any]:

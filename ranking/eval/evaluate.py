@@ -199,8 +199,8 @@ def evaluate(dataset: str, paths: list[Path], variants: Sequence[str], budgets: 
     chosen = select_questions(cases, limit, seed)
     runs = {v: VariantRun(v, {b: [] for b in budgets}, {b: [] for b in budgets}, matched_only=matched_only)
             for v in variants}
-    for name in runs if without_pull else ():  # the kept selections are scored by cross-validation, not here
-        runs[name].twin = runs[name].unpulled() if name != FEATURES_VARIANT else None
+    for name, run in runs.items() if without_pull else ():  # kept selections are scored by cross-validation
+        run.twin = run.unpulled() if name != FEATURES_VARIANT else None
     cost = {"ingest_units": 0, "ingest_s": 0.0, "embed_units": 0, "embed_s": 0.0}
     config = RecallConfig(pool_size=pool_size)
     bar = tqdm(total=len(chosen), desc=f"eval {dataset}", unit="q", file=sys.stderr, disable=False, mininterval=1.0)

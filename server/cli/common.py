@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import logging
 import os
-import secrets
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -179,10 +178,10 @@ class EmptyMemory:
         return {}
 
     def recall(self, project: str, query: str, budget: int = 2700, as_of: str | None = None) -> Any:
+        from agentmemrec.ranking.memory import EMPTY_PROJECT_NOTE, new_slate_id  # noqa: PLC0415
         from agentmemrec.ranking.slate import SlateInputs, build_slate  # noqa: PLC0415
-        slate_id = f"s_{secrets.randbelow(10 ** 16):016d}"  # the form of ranking.memory.build's ids
-        slate = build_slate(slate_id, project, [], budget, SlateInputs({}, {}), 0.0, query)  # 0: nothing matched
-        return replace(slate, notes=(f"project {project!r} holds no units yet",))
+        slate = build_slate(new_slate_id(), project, [], budget, SlateInputs({}, {}), 0.0, query)  # 0: nothing matched
+        return replace(slate, notes=(EMPTY_PROJECT_NOTE.format(project),))
 
     def refresh(self, project: str) -> None:  # what `show` reads of a store
         pass
