@@ -27,6 +27,7 @@ from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache, keep_rows
 from agentmemrec.indexing.store.protocol import Store, Vectors
 from agentmemrec.indexing.store.vectors import WINDOW
+from agentmemrec.indexing.topk import top_rows
 
 
 class DenseHit(NamedTuple):  # a tuple: a search makes a thousand
@@ -99,15 +100,8 @@ class DenseSnapshot:
         scores = self.similarities(query)
         if exclude and len(scores):
             scores[self._rows(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = -np.inf
-        k = min(k, int(np.isfinite(scores).sum()))
-        if k <= 0:
-            return []
-        # every row tied with the k-th best, so the cut-off keeps the lower ids of a tie: which rows of a
-        # tie argpartition returns depends on the CPU's sort kernel, and a tie straddled the cut-off
-        kth = -np.partition(-scores, k - 1)[k - 1]
-        top = np.flatnonzero(scores >= kth)
         ids = self._row_ids
-        top = top[np.lexsort((ids[top], -scores[top]))][:k]
+        top = top_rows(scores, ids, np.flatnonzero(np.isfinite(scores)), k)
         return [DenseHit(i, r, s) for r, (i, s) in enumerate(zip(ids[top].tolist(), scores[top].tolist()), 1)]
 
     def lookup(self, query: np.ndarray, ids: list[int]) -> dict[int, float]:

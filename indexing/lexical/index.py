@@ -37,6 +37,7 @@ from agentmemrec.indexing.lexical.postings import (
 )
 from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache
 from agentmemrec.indexing.store.protocol import Changes, Store
+from agentmemrec.indexing.topk import top_rows
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +123,8 @@ class LexicalSnapshot:
         if exclude:
             scores = scores.copy()
             scores[self._positions(np.sort(np.fromiter(exclude, dtype=np.int64)))[0]] = 0.0
-        positive = np.flatnonzero(scores > 0)
-        if len(positive) > k > 0:  # only rows scoring at least the k-th best can be in the top k
-            kth = np.partition(scores[positive], len(positive) - k)[len(positive) - k]
-            positive = positive[scores[positive] >= kth]
         ids = self._row_ids
-        order = positive[np.lexsort((ids[positive], -scores[positive]))][:k]
+        order = top_rows(scores, ids, np.flatnonzero(scores > 0), k)
         return [LexicalHit(i, r, s) for r, (i, s) in enumerate(zip(ids[order].tolist(), scores[order].tolist()), 1)]
 
     def score_units(self, query: str, ids: list[int]) -> dict[int, float]:

@@ -40,6 +40,23 @@ def test_zero_score_units_never_fill_the_top_k(tmp_path):
     store.close()
 
 
+def test_a_tie_at_the_cut_off_keeps_the_lower_ids(tmp_path):
+    """Units of the same words score the same: the top k ranks a tie by id and cuts it there too,
+    as the dense channel does (indexing/topk.py), whatever the machine's sort kernel."""
+    store = DuckDBStore(tmp_path / "m.duckdb")
+    rng = np.random.default_rng(5)
+    texts = ["cache eviction policy", "cache eviction", "policy review notes", "eviction", "lunch at noon"]
+    store.write("p", validate_batch([{"kind": "note", "path": f"n{i}.md", "text": texts[t]}
+                                     for i, t in enumerate(rng.integers(0, 5, 600))]))
+    snap = LexicalIndex(store, tmp_path / "idx").snapshot("p")
+    scores, ids = snap.scores("cache eviction policy"), snap._row_ids
+    every = sorted(((s, i) for s, i in zip(scores.tolist(), ids.tolist()) if s > 0), key=lambda s: (-s[0], s[1]))
+    for k in (7, 150, 151, 299, 420, 600):
+        assert [h.unit_id for h in snap.search("cache eviction policy", k)] == [i for _, i in every[:k]]
+    assert snap.search("cache eviction policy", 0) == []
+    store.close()
+
+
 def test_index_is_reused_after_restart_and_follows_a_write_without_a_rebuild(tmp_path, monkeypatch):
     store = _store(tmp_path)
     LexicalIndex(store, tmp_path / "idx").snapshot("p")
