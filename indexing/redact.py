@@ -118,6 +118,15 @@ def _stated(match: re.Match[str]) -> bool:
     return bool(quoted) or (len(value) >= 8 and not value.removesuffix(":").isalpha())
 
 
+def _said(match: re.Match[str]) -> bool:
+    """`the staging password is Xk9#mm2pq`: in prose, a quoted value or one of 6 characters or more
+    that holds a digit (not `the token is expired`, `the password is 12 characters long`)."""
+    quoted, value = match.group(1), match.group(2).rstrip(".,;:!?")
+    if _is_placeholder(value) or _is_code(value) or "://" in value:
+        return False
+    return bool(quoted) or (len(value) >= 6 and any(c.isdigit() for c in value))
+
+
 def _credential_in_url(match: re.Match[str]) -> bool:
     return not _is_placeholder(match.group(1))
 
@@ -280,6 +289,8 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("secret-assignment", re.compile(_KEY_EQ + r"\s*+=\s*+" + _VALUE), group=2, accept=_assigned,
             needles=_KEY_WORDS),
     Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated,
+            needles=_KEY_WORDS),
+    Pattern("secret-statement", re.compile(_KEY + r"[ \t]++(?:is|was)[ \t]++" + _VALUE), group=2, accept=_said,
             needles=_KEY_WORDS),
     Pattern("high-entropy", re.compile(
         r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"

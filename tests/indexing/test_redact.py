@@ -55,6 +55,8 @@ FAMILIES = [
     ("user-credentials", "curl -u admin:S3cr3tPassw0rd https://api.example.com/v1/items", "S3cr3tPassw0rd"),
     ("user-credentials", "curl --user 'deploy:Zx8!kQ2 mP' https://ci.example.com", "Zx8!kQ2 mP"),
     ("secret-assignment", "DB_PASS=hunter2hunter psql", "hunter2hunter"),
+    ("secret-statement", "fyi the staging db password is Xk9#mm2pq, rotate it Friday", "Xk9#mm2pq"),
+    ("secret-statement", "the old admin password was 'swordfish'", "swordfish"),
     ("secret-assignment", "export MYSQL_PWD=Tr0ub4dor", "Tr0ub4dor"),
     ("netrc-password", "machine api.heroku.com\n  login me@example.com\n  password 01234567-89ab-cdef", "01234567-89ab"),
     ("sshpass-password", "sshpass -p 'Hunter2!x' ssh root@10.0.0.5", "Hunter2!x"),
@@ -114,6 +116,9 @@ def test_every_pattern_in_the_table_has_a_test():
     "PASSAGE=Tr0ub4dor3 bypass=hunter2hunter compass=N0rth3rly PWD=/home/me/src OLDPWD=/tmp/x9",
     "docker run -u 1000:1000 img; docker exec -u www-data:www-data web; git push -u origin main:main",
     "the machine learning password reset flow",
+    # a key word in prose followed by ordinary words
+    "The password is stored in Vault; the token is JWT-based and the secret is out.",
+    "The password is 12 characters long and the token was expired.",
     "Fixed in commit 3f786850e387550fdab836ed7e6dc881de23001b; src/agentmemrec/indexing/sources/watcher",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
@@ -131,7 +136,8 @@ def test_redaction_stays_linear_on_adversarial_text():
             "password=", "TOKEN = ", "ghp_", "Bearer ", "A=", "secret: ", "AIza-", 'token="', "--a-",
             "--token ", "Basic ", 'password: "a ', "glpat-", "hf_", "whsec_", "https://hooks.slack.com/services/",
             "-u a:", "--user ", "sshpass -p ", "machine a login b ", "npm_", "pypi-AgE", "SG.", "GOCSPX-",
-            "shpat_", "AGE-SECRET-KEY-1", '"auth": "', "client-key-data: ", "DB_PASS=", "aB3/", "TOKEN_TYPE="]
+            "shpat_", "AGE-SECRET-KEY-1", '"auth": "', "client-key-data: ", "DB_PASS=", "aB3/", "TOKEN_TYPE=",
+            "password is ", "token was a1"]
     started = time.perf_counter()
     for run in runs:
         redact(run * (100_000 // len(run)))

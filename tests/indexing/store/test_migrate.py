@@ -172,7 +172,7 @@ def test_migrate_refuses_a_project_the_store_does_not_hold_and_copies_nothing(lo
 
 def test_a_unit_forgotten_in_the_team_store_is_not_copied_back_by_a_later_migrate(home, pg_url, capsys):
     """Before, the second migrate copied the forgotten units again under new ids."""
-    secret = "the staging database password is hunter2-but-not-a-pattern"
+    secret = "the staging database runs as hunter2-but-not-a-pattern"
     local = memory_on(DuckDBStore(home / "memory.duckdb"), BagOfWords())
     local.remember("payments", [{"kind": "turn", "ref": "leak-1", "text": secret},
                                 {"kind": "turn", "text": secret + ", said again without a ref"},
