@@ -119,12 +119,15 @@ def _stated(match: re.Match[str]) -> bool:
 
 
 def _said(match: re.Match[str]) -> bool:
-    """`the staging password is Xk9#mm2pq`: in prose, a quoted value or one of 6 characters or more
-    that holds a digit (not `the token is expired`, `the password is 12 characters long`)."""
+    """`the staging password is Xk9#mm2pq`, `ssh in with password Xk9#mm2pq`: in prose, a value of 6
+    characters or more that holds a digit, or a quoted one that the key word is or was (not `the
+    token is expired`, `the password is 12 characters long`, `the password reset flow`, nor a
+    secret's name: `the secret 'intro'`)."""
     quoted, value = match.group(1), match.group(2).rstrip(".,;:!?")
     if _is_placeholder(value) or _is_code(value) or "://" in value:
         return False
-    return bool(quoted) or (len(value) >= 6 and any(c.isdigit() for c in value))
+    said = re.search(r"[ \t](?:is|was)[ \t]++[\"']?$", match.string[match.start():match.start(2)])
+    return bool(quoted and said) or (len(value) >= 6 and any(c.isdigit() for c in value))
 
 
 def _credential_in_url(match: re.Match[str]) -> bool:
@@ -204,7 +207,7 @@ _WORDISH = re.compile(r"\d+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]{2,}")  # users/10
 # Every pattern is linear in the text: a token may start only where its own character run
 # starts (a lookbehind), and runs are possessive or bounded, so "sk-sk-sk-..." or
 # "token_token_..." cost one scan, not one per position.
-_NAMES = r"password|passwd|passphrase|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+_NAMES = r"password|passwd|passphrase|secret|token|api[ _-]?key|apikey|access[ _-]?key|private[ _-]?key"
 _SUFFIX = r"[A-Za-z0-9_]{0,24}+[\"']?"  # DB_PASSWORD, clientSecret
 _FIRST = r"(?=[AaPpSsTt\u017f])"  # a key word's first letter (ignoring case, `ſ` is an `s`): a fast scan
 _KEY = _FIRST + r"(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX
@@ -212,6 +215,9 @@ _KEY = _FIRST + r"(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX
 # `compass`, `pass_context` (a compiler's or a function's pass) or `PWD=` (a folder)
 _PASS = r"(?:(?<![A-Za-z0-9-])(?i:pass)|(?<=_)(?i:pwd)|(?<=[a-z0-9])(?:Pass|Pwd))(?![A-Za-z0-9_])[\"']?"
 _KEY_EQ = _FIRST + r"(?:" + _PASS + r"|(?i:" + _NAMES + r")(?![a-z0-9])" + _SUFFIX + ")"
+# a key word on its own in prose, maybe with a short qualifier: "the password for the staging db"
+_PROSE_KEY = (r"(?<![A-Za-z0-9])" + _FIRST + r"(?i:" + _NAMES + r")(?![A-Za-z0-9_])"
+              r"(?:[ \t]++(?:for|of|on|at)(?:[ \t]++(?!(?:is|was)(?![\w.@-]))[\w.@-]{1,40}+){1,3}+)?+")
 _VALUE = (r"([\"']?)([A-Za-z0-9_\-./+=!@#$%^&*~?:]{4,512}+)\1"
           r"(?![A-Za-z0-9_\-./+=!@#$%^&*~?:(\[])")  # a value, not a call or an index
 _B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
@@ -290,8 +296,8 @@ PATTERNS: tuple[Pattern, ...] = (
             needles=_KEY_WORDS),
     Pattern("secret-assignment", re.compile(_KEY + r"\s*+:\s*+" + _VALUE), group=2, accept=_stated,
             needles=_KEY_WORDS),
-    Pattern("secret-statement", re.compile(_KEY + r"[ \t]++(?:is|was)[ \t]++" + _VALUE), group=2, accept=_said,
-            needles=_KEY_WORDS),
+    Pattern("secret-statement", re.compile(_PROSE_KEY + r"(?:[ \t]++(?:is|was))?+[ \t]++" + _VALUE), group=2,
+            accept=_said, needles=_KEY_WORDS),
     Pattern("high-entropy", re.compile(
         r"(?m)^[ \t]*+(?:export[ \t]++)?[A-Za-z_][A-Za-z0-9_]*+[ \t]*+=[ \t]*+([\"']?)"
         r"([^\s\"'#]{16,}+)\1[ \t]*+$"), group=2, accept=_looks_random_value, needles=("=",)),

@@ -57,6 +57,9 @@ FAMILIES = [
     ("secret-assignment", "DB_PASS=hunter2hunter psql", "hunter2hunter"),
     ("secret-statement", "fyi the staging db password is Xk9#mm2pq, rotate it Friday", "Xk9#mm2pq"),
     ("secret-statement", "the old admin password was 'swordfish'", "swordfish"),
+    ("secret-statement", "my api key is 9f8e7d6c5b4a3210ffee", "9f8e7d6c5b4a3210ffee"),
+    ("secret-statement", "ssh root@10.0.0.5 with password Xk9#mm2pq, then sudo", "Xk9#mm2pq"),
+    ("secret-statement", "the password for the staging db is Xk9mm2pq", "Xk9mm2pq"),
     ("secret-assignment", "export MYSQL_PWD=Tr0ub4dor", "Tr0ub4dor"),
     ("netrc-password", "machine api.heroku.com\n  login me@example.com\n  password 01234567-89ab-cdef", "01234567-89ab"),
     ("sshpass-password", "sshpass -p 'Hunter2!x' ssh root@10.0.0.5", "Hunter2!x"),
@@ -119,6 +122,8 @@ def test_every_pattern_in_the_table_has_a_test():
     # a key word in prose followed by ordinary words
     "The password is stored in Vault; the token is JWT-based and the secret is out.",
     "The password is 12 characters long and the token was expired.",
+    "The secret 'intro' holds the username; the tokenizer cl100k_base; the password reset flow v2.",
+    "Set the token limit 8192 and secret santa 2024; the password was reset on 2024-01-05.",
     "Fixed in commit 3f786850e387550fdab836ed7e6dc881de23001b; src/agentmemrec/indexing/sources/watcher",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
