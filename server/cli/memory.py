@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -120,28 +121,30 @@ def check_items(path: Path, items: list[dict[str, Any]], at: list[int]) -> None:
 
 
 def import_items(memory: Any, project: str, items: list[dict[str, Any]], at: list[int],
-                 label: str = "import") -> int:
-    """Write the checked items (`check_items`) in batches. What only the store can refuse (a
-    `supersedes` naming nothing) stops the import at its batch, named by the file's line; the
-    batches before it are stored, and running it again after the fix stores the rest."""
+                 label: str = "import") -> tuple[int, Counter[str]]:
+    """Write the checked items (`check_items`) in batches; how many were stored or updated, and
+    the secrets redaction replaced, by pattern. What only the store can refuse (a `supersedes`
+    naming nothing) stops the import at its batch, named by the file's line; the batches before it
+    are stored, and running it again after the fix stores the rest."""
     from tqdm import tqdm  # noqa: PLC0415
 
-    stored = 0
+    stored, redacted = 0, Counter()
     with tqdm(total=len(items), desc=label, unit="item", file=sys.stderr, disable=False, mininterval=1.0) as bar:
         for start in range(0, len(items), IMPORT_BATCH):
             batch = items[start:start + IMPORT_BATCH]
             try:
-                results = memory.remember(project, batch)
+                written = memory.ingest(project, batch)
             except InputError as exc:  # "item 3" of the batch is a line of the file
                 said = re.sub(r"\bitems? (\d+(?:, \d+)*)", lambda m: _lines(m[1], at, start), str(exc))
                 done = f"; the {start} items before it are stored" if start else ""
                 raise InputError(f"{said}{done}; fix it and run the import again") from exc
-            stored += sum(r.outcome != "unchanged" for r in results)
+            stored += written.changed
+            redacted.update(written.redactions)
             # Each batch is one transaction: after an interruption, running the import again
             # stores the rest and leaves the batches already committed unchanged.
             log.info("%s: items %d-%d committed", label, start + 1, start + len(batch))
             bar.update(len(batch))
-    return stored
+    return stored, redacted
 
 
 def _lines(positions: str, at: list[int], start: int) -> str:
@@ -161,10 +164,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     check_items(args.file, items, at)  # before the store is opened or made
     memory = open_memory(settings)
     try:
-        changed = import_items(memory, settings.project, items, at)
+        changed, redacted = import_items(memory, settings.project, items, at)
     finally:
         memory.close()
-    emit(f"{len(items)} items read, {changed} stored or updated in project {settings.project}")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(redacted.items()))
+    emit(f"{len(items)} items read, {changed} stored or updated in project {settings.project}"
+         + (f"; redacted {sum(redacted.values())} secrets: {kinds}" if redacted else ""))
     return 0
 
 

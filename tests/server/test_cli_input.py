@@ -75,6 +75,20 @@ def test_an_import_keeps_line_and_paragraph_separators_inside_a_text(home, tmp_p
     assert "3 items read, 3 stored" in capsys.readouterr().out
 
 
+def test_an_import_says_what_it_redacted_and_stores_the_markers(home, tmp_path, capsys):
+    src = tmp_path / "s.jsonl"
+    src.write_text("\n".join(json.dumps({"kind": "turn", "text": t}) for t in [
+        "ssh to prod with password Xk9#mm2pq, then restart nginx", "DB_PASSWORD=hunter22 in the env",
+        "the ledger closes at midnight"]) + "\n")
+    assert main(["import", str(src), "--project", "pay"]) == 0
+    assert capsys.readouterr().out.strip() == ("3 items read, 3 stored or updated in project pay; redacted 2 "
+                                               "secrets: secret-assignment 1, secret-statement 1")
+    assert main(["recall", "how do we ssh to prod and set the db password", "--project", "pay"]) == 0
+    slate = capsys.readouterr().out
+    assert "password [REDACTED:secret-statement], then" in slate and "DB_PASSWORD=[REDACTED:secret-assignment]" in slate
+    assert "Xk9#mm2pq" not in slate and "hunter22" not in slate
+
+
 def test_an_import_the_store_would_refuse_or_an_empty_one_makes_no_store(home, tmp_path, capsys):
     bad_kind, dup_ref, empty = tmp_path / "k.jsonl", tmp_path / "d.jsonl", tmp_path / "e.jsonl"
     bad_kind.write_text(json.dumps({"kind": "turn", "text": "fine"}) + "\n" + json.dumps({"kind": "nope", "text": "x"}))
