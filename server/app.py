@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 
 from agentmemrec.indexing.errors import InputError, StoreError, StoreUnavailable
-from agentmemrec.indexing.store.protocol import WriteResult
+from agentmemrec.indexing.sources.sink import Ingested
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_http
 from agentmemrec.server.abridged import brief, items_fit, json_result
@@ -157,9 +157,10 @@ def tool_result(result: SlateResult) -> CallToolResult:
     return json_result(items_fit(result.model_dump(mode="json")))
 
 
-def stored(project: str, results: list[WriteResult]) -> RememberResult:
+def stored(project: str, written: Ingested) -> RememberResult:
     return RememberResult(project=project, items=[
-        StoredItem(ref=r.ref, ids=list(r.ids), outcome=r.outcome) for r in results])
+        StoredItem(ref=r.ref, ids=list(r.ids), outcome=r.outcome) for r in written.results],
+        redacted=dict(sorted(written.redactions.items())))
 
 
 @asynccontextmanager
@@ -248,10 +249,10 @@ def create_server(settings: Settings, exit_on_signal: bool = False) -> MCPServer
         why (record a replacement with `supersedes` naming the old decision's ref), notes about a
         file. The batch is all or nothing. Items with the same `ref` update in place; identical
         content is stored once. What looks like a credential (API keys, tokens, passwords,
-        private keys) is stored as a `[REDACTED:<kind>]` marker."""
+        private keys) is stored as a `[REDACTED:<kind>]` marker, and `redacted` counts them by kind."""
         name = _core(access_of(ctx).resolve, project)
         raw = [it.model_dump(exclude_none=True) for it in items]
-        return stored(name, _core(memory_of(ctx).remember, name, raw,
+        return stored(name, _core(memory_of(ctx).ingest, name, raw,
                                   refused=". Fix this and call again; nothing was stored."))
 
     @tool(server, "Recall a slate", read_only=True, idempotent=False)

@@ -105,6 +105,8 @@ class StoredItem(BaseModel):
 class RememberResult(BaseModel):
     project: str
     items: list[StoredItem]
+    redacted: dict[str, int] = Field(default_factory=dict, description=(
+        "What looked like a credential and was stored as a [REDACTED:<kind>] marker: a count by kind"))
 
 
 def _flat(schema: dict[str, Any], _: Any = None) -> None:

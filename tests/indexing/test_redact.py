@@ -161,18 +161,22 @@ def test_redacting_twice_changes_nothing(parts):
 
 @pytest.mark.anyio
 async def test_remember_redacts_every_kind(client):
-    await call(client, "remember", items=[
+    written = await call(client, "remember", items=[
         turn(f"Deploy with {AWS_KEY} as the access key id", ref="t"),
         {"kind": "decision", "ref": "d", "title": "Use ghp_1234567890abcdefghijABCDEFGHIJ123456",
          "text": "CI pushes with password=hunter22"},
         {"kind": "note", "path": "ops.md", "text": "SESSION_SIGNING=f3Kq9vLx2Wm8Rt4Zp7Yb1Nc6"},
     ])
+    assert written["redacted"] == {"aws-access-key": 1, "github-token": 1, "high-entropy": 1,
+                                   "secret-assignment": 1}
     slate = await call(client, "recall_slate", with_items=True, query="deploy access key CI pushes ops")
     context = slate["context"]
     assert {i["ref"] for i in slate["items"]} == {"t", "d", "ops.md"}
     for secret in (AWS_KEY, "ghp_1234567890", "hunter22", "f3Kq9vLx2Wm8"):
         assert secret not in context
     assert "[REDACTED:aws-access-key]" in context and "[REDACTED:github-token]" in context
+    again = await call(client, "remember", items=[turn("the ledger closes at midnight", ref="plain")])
+    assert again["redacted"] == {}
 
 
 @pytest.mark.anyio
