@@ -142,7 +142,7 @@ def test_redaction_stays_linear_on_adversarial_text():
             "--token ", "Basic ", 'password: "a ', "glpat-", "hf_", "whsec_", "https://hooks.slack.com/services/",
             "-u a:", "--user ", "sshpass -p ", "machine a login b ", "npm_", "pypi-AgE", "SG.", "GOCSPX-",
             "shpat_", "AGE-SECRET-KEY-1", '"auth": "', "client-key-data: ", "DB_PASS=", "aB3/", "TOKEN_TYPE=",
-            "password is ", "token was a1"]
+            "password is ", "token was a1", "password for a b ", "secret of x y z is ", "api key "]
     started = time.perf_counter()
     for run in runs:
         redact(run * (100_000 // len(run)))
