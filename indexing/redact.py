@@ -281,6 +281,9 @@ PATTERNS: tuple[Pattern, ...] = (
         needles=("-u",)),
     Pattern("sshpass-password", re.compile(r"(?<![\w-])sshpass[ \t]++(?:-v[ \t]++)?-p[ \t]*+" + _ARG),
             group=2, accept=lambda m: not _is_placeholder(m.group(2)), needles=("sshpass",)),
+    Pattern("mysql-password", re.compile(
+        r"(?<![\w-])(?:mysql|mysqldump|mysqladmin|mariadb)(?:[ \t]++(?!-p)\S{1,200}+){0,16}?[ \t]++-p" + _ARG),
+        group=2, accept=lambda m: not _is_placeholder(m.group(2)), needles=("mysql", "mariadb")),
     Pattern("netrc-password", re.compile(
         r"(?m)^[ \t]*+(?:machine\s++\S++(?:\s++(?:login|account|port)\s++\S++)*+"
         r"|default(?:\s++(?:login|account|port)\s++\S++)++)\s++password\s++(\S++)"),

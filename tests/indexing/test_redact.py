@@ -63,6 +63,8 @@ FAMILIES = [
     ("secret-assignment", "export MYSQL_PWD=Tr0ub4dor", "Tr0ub4dor"),
     ("netrc-password", "machine api.heroku.com\n  login me@example.com\n  password 01234567-89ab-cdef", "01234567-89ab"),
     ("sshpass-password", "sshpass -p 'Hunter2!x' ssh root@10.0.0.5", "Hunter2!x"),
+    ("mysql-password", "mysql -h db -P 3306 -u root -pXk9mm2pq payments", "Xk9mm2pq"),
+    ("mysql-password", "mysqldump -u app -p's3cr et' shop > dump.sql", "s3cr et"),
     ("npm-token", "use the npm token npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8 to publish", "npm_a1B2c3D4e5F6"),
     ("pypi-token", "twine upload -u __token__ -p pypi-AgEIcHlwaS5vcmcCJGE0ZjY5ZGQ5LWI1NzMtNGUxNS1hNmUyLTQ0OWI3NmZjNTQyNA dist/*",
      "pypi-AgEIcHlwaS5vcmcCJGE0"),
@@ -124,6 +126,8 @@ def test_every_pattern_in_the_table_has_a_test():
     "The password is 12 characters long and the token was expired.",
     "The secret 'intro' holds the username; the tokenizer cl100k_base; the password reset flow v2.",
     "Set the token limit 8192 and secret santa 2024; the password was reset on 2024-01-05.",
+    # mysql's -p asks for the password, or names a variable; other commands' -p is something else
+    "mysql -u root -p payments; mariadb -uroot -p$MYSQL_PWD x; mkdir -p build && ssh -p 2222 host",
     "Fixed in commit 3f786850e387550fdab836ed7e6dc881de23001b; src/agentmemrec/indexing/sources/watcher",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
@@ -142,7 +146,8 @@ def test_redaction_stays_linear_on_adversarial_text():
             "--token ", "Basic ", 'password: "a ', "glpat-", "hf_", "whsec_", "https://hooks.slack.com/services/",
             "-u a:", "--user ", "sshpass -p ", "machine a login b ", "npm_", "pypi-AgE", "SG.", "GOCSPX-",
             "shpat_", "AGE-SECRET-KEY-1", '"auth": "', "client-key-data: ", "DB_PASS=", "aB3/", "TOKEN_TYPE=",
-            "password is ", "token was a1", "password for a b ", "secret of x y z is ", "api key "]
+            "password is ", "token was a1", "password for a b ", "secret of x y z is ", "api key ",
+            "mysql -u ", "mysql a -pb "]
     started = time.perf_counter()
     for run in runs:
         redact(run * (100_000 // len(run)))
