@@ -109,11 +109,19 @@ def _assigned(match: re.Match[str]) -> bool:
     return bool(quoted) or not _is_code(value)
 
 
+_PATH = re.compile(r"(?:~|\.\.?)?(?:/[\w.-]+){2,}+/?")  # ~/.ssh/deploy_ed25519, /run/secrets/db
+
+
+def _a_path(value: str) -> bool:
+    """`private key: ~/.ssh/deploy_ed25519`: where a secret is kept, not the secret."""
+    return bool(_PATH.fullmatch(value))
+
+
 def _stated(match: re.Match[str]) -> bool:
     """`secret: ...` in YAML, JSON or prose: quoted values, or unquoted ones unlike a word (a word
-    and its colon, as in a log's `refresh_token: KeyError: exp`, is a label)."""
+    and its colon, as in a log's `refresh_token: KeyError: exp`, is a label) or a path."""
     quoted, value = match.group(1), match.group(2)
-    if _is_placeholder(value) or _is_code(value) or "://" in value or _a_setting(match):
+    if _is_placeholder(value) or _is_code(value) or "://" in value or _a_setting(match) or _a_path(value):
         return False
     return bool(quoted) or (len(value) >= 8 and not value.removesuffix(":").isalpha())
 
@@ -124,7 +132,7 @@ def _said(match: re.Match[str]) -> bool:
     token is expired`, `the password is 12 characters long`, `the password reset flow`, nor a
     secret's name: `the secret 'intro'`)."""
     quoted, value = match.group(1), match.group(2).rstrip(".,;:!?")
-    if _is_placeholder(value) or _is_code(value) or "://" in value:
+    if _is_placeholder(value) or _is_code(value) or "://" in value or _a_path(value):
         return False
     said = re.search(r"[ \t](?:is|was)[ \t]++[\"']?$", match.string[match.start():match.start(2)])
     return bool(quoted and said) or (len(value) >= 6 and any(c.isdigit() for c in value))

@@ -126,6 +126,8 @@ def test_every_pattern_in_the_table_has_a_test():
     "The password is 12 characters long and the token was expired.",
     "The secret 'intro' holds the username; the tokenizer cl100k_base; the password reset flow v2.",
     "Set the token limit 8192 and secret santa 2024; the password was reset on 2024-01-05.",
+    # where a secret is kept, not the secret
+    "Deploy private key: ~/.ssh/deploy_ed25519; secret: /run/secrets/db_password2; the token at ../keys/t1",
     # mysql's -p asks for the password, or names a variable; other commands' -p is something else
     "mysql -u root -p payments; mariadb -uroot -p$MYSQL_PWD x; mkdir -p build && ssh -p 2222 host",
     "Fixed in commit 3f786850e387550fdab836ed7e6dc881de23001b; src/agentmemrec/indexing/sources/watcher",
