@@ -117,11 +117,17 @@ def _a_path(value: str) -> bool:
     return bool(_PATH.fullmatch(value))
 
 
+def _a_reference(value: str) -> bool:
+    """A value that names or points at a secret rather than holding it: a placeholder, a name in
+    code, an address or a path."""
+    return _is_placeholder(value) or _is_code(value) or "://" in value or _a_path(value)
+
+
 def _stated(match: re.Match[str]) -> bool:
     """`secret: ...` in YAML, JSON or prose: quoted values, or unquoted ones unlike a word (a word
-    and its colon, as in a log's `refresh_token: KeyError: exp`, is a label) or a path."""
+    and its colon, as in a log's `refresh_token: KeyError: exp`, is a label) or a reference."""
     quoted, value = match.group(1), match.group(2)
-    if _is_placeholder(value) or _is_code(value) or "://" in value or _a_setting(match) or _a_path(value):
+    if _a_reference(value) or _a_setting(match):
         return False
     return bool(quoted) or (len(value) >= 8 and not value.removesuffix(":").isalpha())
 
@@ -132,7 +138,7 @@ def _said(match: re.Match[str]) -> bool:
     token is expired`, `the password is 12 characters long`, `the password reset flow`, nor a
     secret's name: `the secret 'intro'`)."""
     quoted, value = match.group(1), match.group(2).rstrip(".,;:!?")
-    if _is_placeholder(value) or _is_code(value) or "://" in value or _a_path(value):
+    if _a_reference(value):
         return False
     said = re.search(r"[ \t](?:is|was)[ \t]++[\"']?$", match.string[match.start():match.start(2)])
     return bool(quoted and said) or (len(value) >= 6 and any(c.isdigit() for c in value))

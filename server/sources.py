@@ -13,7 +13,7 @@ import sys
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Mapping
 
 import anyio
 
@@ -146,14 +146,18 @@ def import_claude_code(memory: Sink, settings: Settings, source: Path | None,
         return import_files(memory, files, target, progress=lambda _file, _report: bar.update(1))
 
 
+def tally(verb: str, counts: Mapping[str, int], noun: str) -> str:
+    """`redacted 3 secrets: github-token 1, secret-assignment 2`: a total and its parts by kind."""
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return f"{verb} {sum(counts.values())} {noun}" + (f": {parts}" if parts else "")
+
+
 def import_summary(report: ImportReport, project: str | None = None) -> list[str]:
     projects = ", ".join(f"{p} {n}" for p, n in sorted(report.projects.items())) or "none"
     lines = [f"{report.files} files, {report.lines} lines read, {report.stored} turns stored or "
              f"updated, {report.unchanged} unchanged; turns by project: {projects}"]
-    skipped = ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items()))
-    lines.append(f"skipped {sum(report.skipped.values())} lines" + (f": {skipped}" if skipped else ""))
-    redacted = ", ".join(f"{k} {v}" for k, v in sorted(report.redactions.items()))
-    lines.append(f"redacted {sum(report.redactions.values())} secrets" + (f": {redacted}" if redacted else ""))
+    lines.append(tally("skipped", report.skipped, "lines"))
+    lines.append(tally("redacted", report.redactions, "secrets"))
     if report.elsewhere and project:
         lines.extend(_elsewhere_hint(report, project))
     return lines

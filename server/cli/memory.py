@@ -167,9 +167,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         changed, redacted = import_items(memory, settings.project, items, at)
     finally:
         memory.close()
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(redacted.items()))
+    from agentmemrec.server.sources import tally  # noqa: PLC0415
     emit(f"{len(items)} items read, {changed} stored or updated in project {settings.project}"
-         + (f"; redacted {sum(redacted.values())} secrets: {kinds}" if redacted else ""))
+         + (f"; {tally('redacted', redacted, 'secrets')}" if redacted else ""))
     return 0
 
 
