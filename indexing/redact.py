@@ -200,10 +200,25 @@ def _unlike_words(match: re.Match[str]) -> bool:
 
 
 def _user_password(match: re.Match[str]) -> bool:
-    """`curl -u admin:S3cr3t`: the password, unless a placeholder or, as in `docker run -u
-    1000:1000` or `-u www-data:staff`, a user and group."""
+    """`curl -u admin:S3cr3t`: the password, unless a placeholder, a URL's rest (`-u redis://...`)
+    or, as in `docker run -u 1000:1000` or `-u www-data:staff`, a user and group (curl's `-u` is
+    always a user and password: `curl --user deploy:hunter`)."""
     user, value = match.group(2), match.group(3)
-    return not (_is_placeholder(value) or value == user or re.fullmatch(r"[a-z_][a-z0-9_-]*|\d+", value))
+    if _is_placeholder(value) or value.startswith("//"):
+        return False
+    if _CURL.search(_command_before(match)):
+        return True
+    return not (value == user or re.fullmatch(r"[a-z_][a-z0-9_-]*|\d+", value))
+
+
+_CURL = re.compile(r"(?<![\w.-])curl(?=[ \t])")
+COMMAND_REACH = 300  # characters before a match searched for the command it is an argument of
+
+
+def _command_before(match: re.Match[str]) -> str:
+    """The shell command a match is an argument of, up to the match: the text since the start of
+    the line or the last `;`, `&` or `|` (within `COMMAND_REACH` characters)."""
+    return re.split(r"[;&|\n]", match.string[max(0, match.start() - COMMAND_REACH):match.start()])[-1]
 
 
 def _aws_secret_shaped(match: re.Match[str]) -> bool:
@@ -238,6 +253,61 @@ _B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
 _ARG = r"([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"  # a shell argument, maybe quoted
 _KEY_WORDS = ("pass", "pwd", "secret", "token", "key")
 
+_S = r"[ \t]++"  # the spaces between a command's arguments
+_WORD = r"[^\s;&|]{1,200}+"  # an argument, not across a `;`, `&&` or `|` that starts another command
+# A named command's password options, each with the separator before its value: `redis-cli -a X`,
+# `docker login -p X`, `mysql -pX` (its `-p` alone asks for the password, `-p X` names a database),
+# `smbclient -U user%X`. The third field: literals that name the command (the pattern's needles).
+_COMMAND_OPTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (r"mysql|mysqldump|mysqladmin|mariadb(?:-dump|-admin)?", r"-p", ("mysql", "mariadb")),
+    (r"7z[arz]?", r"-p", ("7z",)),
+    (r"sshpass(?:[ \t]++-v)?", r"-p(?:[ \t]++)?", ("sshpass",)),
+    (r"redis-cli", r"(?:-a|--pass)" + _S, ("redis-cli",)),
+    (r"(?:docker|podman|nerdctl|buildah|skopeo|oras|az|cf|helm" + _S + r"registry)" + _S + r"login",
+     r"-p" + _S, ("login",)),
+    (r"sqlcmd|bcp", r"-P" + _S, ("sqlcmd", "bcp")),
+    (r"ldap(?:search|modify|add|delete|compare|modrdn|passwd|whoami|exop)", r"-w" + _S, ("ldap",)),
+    (r"unzip|zip", r"-P" + _S, ("zip",)),
+    (r"mongo(?:sh|dump|restore|export|import|stat|top|files)?", r"-p" + _S, ("mongo",)),
+    (r"twine", r"-p" + _S, ("twine",)),
+    (r"ssh-keygen", r"-[NP]" + _S, ("ssh-keygen",)),
+    (r"keytool|jarsigner", r"-(?:src|dest)?(?:store|key)pass" + _S, ("keytool", "jarsigner")),
+    (r"openssl", r"-[kK]" + _S + r"|-pass(?:in|out|word)?" + _S + r"pass:", ("openssl",)),
+    (r"apksigner", r"--(?:ks|key)-pass" + _S + r"pass:", ("apksigner",)),
+    (r"smbclient|rpcclient|smbcacls|smbget|smbmap", r"(?:-U" + _S + r"|--user(?:name)?=)[^\s%\"']{1,64}+%",
+     ("smb", "rpcclient")),
+    (r"lftp", r"-u" + _S + r"[^\s,\"']{1,64}+,", ("lftp",)),
+)
+# any option of the table, up to where its value starts, longest first (`-keypass`, not `-k`); which
+# command it belongs to is `_a_password_option`'s to check
+_OPTIONS = sorted({option for _, option, _ in _COMMAND_OPTIONS}, key=lambda o: (-len(o), o))
+_OPTION = r"(?<![\w-])(?:" + "|".join(_OPTIONS) + r")(?!-)"
+_COMMAND = re.compile(r"(?<![\w.-])(?:" + "|".join(f"(?P<c{i}>{command})" for i, (command, _, _) in
+                                                   enumerate(_COMMAND_OPTIONS)) + r")(?=[ \t])")
+_COMMAND_OPTION = tuple(re.compile(option) for _, option, _ in _COMMAND_OPTIONS)
+# a password in a named place among a command's arguments: `htpasswd -b FILE USER X` (`-nb USER X`),
+# `mc alias set NAME URL ACCESS-KEY X`, `aws configure set aws_secret_access_key X`
+_POSITIONAL = (r"(?<![\w.-])(?:htpasswd" + _S + r"-(?=[A-Za-z]{0,9}b)(?:(?=[A-Za-z]{0,9}n)[A-Za-z]++|[A-Za-z]++" + _S
+               + _WORD + r")" + _S + _WORD + _S + r"|mc" + _S + r"(?:alias" + _S + r"set|config" + _S + r"host" + _S
+               + r"add)" + (_S + _WORD) * 3 + _S + r"|aws" + _S + r"configure" + _S + r"set" + _S
+               + r"(?:[\w-]++\.)?+(?:aws_secret_access_key|aws_session_token)" + _S + r")")
+
+
+def _a_password(value: str) -> bool:
+    """A command's password argument: not a placeholder (`-p$MYSQL_PWD`) nor the next option."""
+    return not (_is_placeholder(value) or value.startswith("-"))
+
+
+def _a_password_option(match: re.Match[str]) -> bool:
+    """`-p`, `-P`, `-a`...: a password option of the command it follows (the last of the table's
+    commands since the start of the line or the last `;`, `&` or `|`): `docker login -p X`, not
+    `docker run -p 8080:80` or `ssh -p 2222`."""
+    option = match.group(0)[:match.start(2) - match.start()].removesuffix(match.group(1) or "")
+    commands = list(_COMMAND.finditer(_command_before(match)))
+    return (bool(commands) and _a_password(match.group(2))
+            and bool(_COMMAND_OPTION[int(commands[-1].lastgroup[1:])].fullmatch(option)))
+
+
 # Order matters: specific provider shapes first, so a key is named for what it is; the generic
 # assignment and entropy rules then catch what is left. Needles are checked case-insensitively.
 PATTERNS: tuple[Pattern, ...] = (
@@ -260,6 +330,8 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("slack-token", re.compile(r"(?<![A-Za-z0-9-])xox[abposr]-[A-Za-z0-9-]{10,}+"), needles=("xox",)),
     Pattern("gitlab-token", re.compile(_B64 + r"glpat-[A-Za-z0-9_-]{20,}+"), needles=("glpat-",)),
     Pattern("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+"), needles=("hf_",)),
+    Pattern("vault-token", re.compile(r"(?<![A-Za-z0-9_.-])hv[sbr]\.[A-Za-z0-9_-]{24,}+"),
+            needles=("hvs.", "hvb.", "hvr.")),
     Pattern("npm-token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36,}+"), needles=("npm_",)),
     Pattern("pypi-token", re.compile(_B64 + r"pypi-AgE[A-Za-z0-9_-]{50,}+"), needles=("pypi-",)),
     Pattern("sendgrid-key", re.compile(_B64 + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
@@ -287,17 +359,20 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?<![\w-])client-(?:key|certificate)-data\s*+:\s*+[\"']?([A-Za-z0-9+/]{16,}+={0,2})"),
         group=1, needles=("-data",)),
     Pattern("url-credentials", re.compile(
-        r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{1,64}+:([^\s@/]{3,128}+)@"),
+        r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}+://[^\s:/@]{0,64}+:([^\s@/]{3,128}+)@"),
         group=1, accept=_credential_in_url, needles=("://",)),
     Pattern("user-credentials", re.compile(
         r"(?<![A-Za-z0-9_-])(?:-u|--user)(?:[ \t]++|=)([\"'])?([^\s:\"'@/]{1,64}+):"
         r"((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"), group=3, accept=_user_password,
         needles=("-u",)),
-    Pattern("sshpass-password", re.compile(r"(?<![\w-])sshpass[ \t]++(?:-v[ \t]++)?-p[ \t]*+" + _ARG),
-            group=2, accept=lambda m: not _is_placeholder(m.group(2)), needles=("sshpass",)),
-    Pattern("mysql-password", re.compile(
-        r"(?<![\w-])(?:mysql|mysqldump|mysqladmin|mariadb)(?:[ \t]++(?!-p)\S{1,200}+){0,16}?[ \t]++-p" + _ARG),
-        group=2, accept=lambda m: not _is_placeholder(m.group(2)), needles=("mysql", "mariadb")),
+    Pattern("command-password", re.compile(_OPTION + _ARG), group=2, accept=_a_password_option,
+            needles=tuple(needle for _, _, needles in _COMMAND_OPTIONS for needle in needles)),
+    Pattern("command-password", re.compile(_POSITIONAL + _ARG), group=2,
+            accept=lambda m: _a_password(m.group(2)), needles=("htpasswd", "mc ", "configure")),
+    Pattern("command-password", re.compile(
+        r"(?<![\w.-])(?:sqlplus|sqlldr|expdp|impdp)(?:[ \t]++-\w{1,20}+)*+[ \t]++[\"']?[A-Za-z_][\w$#]{0,63}+/"
+        r"([^\s\"'@/]{1,128}+)"), group=1, accept=lambda m: _a_password(m.group(1)),
+        needles=("sqlplus", "sqlldr", "expdp", "impdp")),
     Pattern("netrc-password", re.compile(
         r"(?m)^[ \t]*+(?:machine\s++\S++(?:\s++(?:login|account|port)\s++\S++)*+"
         r"|default(?:\s++(?:login|account|port)\s++\S++)++)\s++password\s++(\S++)"),

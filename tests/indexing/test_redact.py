@@ -62,9 +62,34 @@ FAMILIES = [
     ("secret-statement", "the password for the staging db is Xk9mm2pq", "Xk9mm2pq"),
     ("secret-assignment", "export MYSQL_PWD=Tr0ub4dor", "Tr0ub4dor"),
     ("netrc-password", "machine api.heroku.com\n  login me@example.com\n  password 01234567-89ab-cdef", "01234567-89ab"),
-    ("sshpass-password", "sshpass -p 'Hunter2!x' ssh root@10.0.0.5", "Hunter2!x"),
-    ("mysql-password", "mysql -h db -P 3306 -u root -pXk9mm2pq payments", "Xk9mm2pq"),
-    ("mysql-password", "mysqldump -u app -p's3cr et' shop > dump.sql", "s3cr et"),
+    ("command-password", "sshpass -p 'Hunter2!x' ssh root@10.0.0.5", "Hunter2!x"),
+    ("command-password", "mysql -h db -P 3306 -u root -pXk9mm2pq payments", "Xk9mm2pq"),
+    ("command-password", "mysqldump -u app -p's3cr et' shop > dump.sql", "s3cr et"),
+    ("command-password", "sudo docker login -u ci -p Xk9mm2pq reg.example.com && docker run -p 80:80 x", "Xk9mm2pq"),
+    ("command-password", "twine upload -u deploy -p hunterhunter dist/*", "hunterhunter"),
+    ("command-password", "redis-cli -h cache -a Xk9mm2pq7 --no-auth-warning ping", "Xk9mm2pq7"),
+    ("command-password", "ldapsearch -x -D cn=admin,dc=example -w 'Xk9 mm2pq' -b dc=example", "Xk9 mm2pq"),
+    ("command-password", "sqlcmd -S db -U sa -P Xk9mm2pq! -Q 'select 1'", "Xk9mm2pq!"),
+    ("command-password", "unzip -P hunterhunter backup.zip; 7z x -phunterseven backup.7z", "hunterhunter"),
+    ("command-password", "unzip -P hunterhunter backup.zip; 7z x -phunterseven backup.7z", "hunterseven"),
+    ("command-password", "keytool -genkeypair -keystore k.jks -storepass Xk9mm2pq -keypass Yk9mm2pq", "Xk9mm2pq"),
+    ("command-password", "keytool -genkeypair -keystore k.jks -storepass Xk9mm2pq -keypass Yk9mm2pq", "Yk9mm2pq"),
+    ("command-password", "openssl pkcs12 -export -in a.pem -passout pass:Xk9mm2pq -passin pass:Yk9mm2pq", "Xk9mm2pq"),
+    ("command-password", "openssl pkcs12 -export -in a.pem -passout pass:Xk9mm2pq -passin pass:Yk9mm2pq", "Yk9mm2pq"),
+    ("command-password", "openssl enc -aes-256-cbc -k hunterhunter -in a -out b", "hunterhunter"),
+    ("command-password", "ssh-keygen -p -P oldphrase -N newphrase -f key", "oldphrase"),
+    ("command-password", "ssh-keygen -p -P oldphrase -N newphrase -f key", "newphrase"),
+    ("command-password", "mongosh -u admin -p Xk9mm2pq --authenticationDatabase admin", "Xk9mm2pq"),
+    ("command-password", "smbclient //srv/share -U admin%Xk9mm2pq; lftp -u deploy,Yk9mm2pq sftp://h", "Xk9mm2pq"),
+    ("command-password", "smbclient //srv/share -U admin%Xk9mm2pq; lftp -u deploy,Yk9mm2pq sftp://h", "Yk9mm2pq"),
+    ("command-password", "htpasswd -cb /etc/nginx/.htpasswd admin hunterhunter", "hunterhunter"),
+    ("command-password", "htpasswd -nbB admin hunterhunter", "hunterhunter"),
+    ("command-password", "mc alias set minio http://minio:9000 minioadmin hunterhunter", "hunterhunter"),
+    ("command-password", "aws configure set aws_secret_access_key hunterhunter --profile dev", "hunterhunter"),
+    ("command-password", "sqlplus -s scott/Tiger123@orcl @report.sql", "Tiger123"),
+    ("user-credentials", "curl --user deploy:hunterhunter https://ci.example.com", "hunterhunter"),
+    ("url-credentials", "redis-cli -u redis://:Xk9mm2pq@cache:6379 ping", "Xk9mm2pq"),
+    ("vault-token", "vault login hvs.CAESIJ1a2b3c4d5e6f7g8h9i0jKLMNOPQRSTUVWXYZ", "hvs.CAESIJ1a2b3c4d5e6f"),
     ("npm-token", "use the npm token npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8 to publish", "npm_a1B2c3D4e5F6"),
     ("pypi-token", "twine upload -u __token__ -p pypi-AgEIcHlwaS5vcmcCJGE0ZjY5ZGQ5LWI1NzMtNGUxNS1hNmUyLTQ0OWI3NmZjNTQyNA dist/*",
      "pypi-AgEIcHlwaS5vcmcCJGE0"),
@@ -130,6 +155,11 @@ def test_every_pattern_in_the_table_has_a_test():
     "Deploy private key: ~/.ssh/deploy_ed25519; secret: /run/secrets/db_password2; the token at ../keys/t1",
     # mysql's -p asks for the password, or names a variable; other commands' -p is something else
     "mysql -u root -p payments; mariadb -uroot -p$MYSQL_PWD x; mkdir -p build && ssh -p 2222 host",
+    # a password option of one command is something else in another, or asks for the password
+    "ssh -p 2222 host; docker run -p 8080:80 img; cp -P a b; git log -p -w f; sort -k 2 f; grep -a x f",
+    "mongosh -p --host db; ssh-keygen -t ed25519 -N '' -f key; docker login registry.example.com",
+    "unzip -P $ZIP_PASSWORD a.zip; redis-cli -a \"$REDIS_PASSWORD\" ping; openssl rsa -passin file:pw.txt",
+    "htpasswd -c .htpasswd admin; sqlplus / as sysdba; zipfile -P x; docker login; echo login -p x",
     "Fixed in commit 3f786850e387550fdab836ed7e6dc881de23001b; src/agentmemrec/indexing/sources/watcher",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
@@ -149,7 +179,9 @@ def test_redaction_stays_linear_on_adversarial_text():
             "-u a:", "--user ", "sshpass -p ", "machine a login b ", "npm_", "pypi-AgE", "SG.", "GOCSPX-",
             "shpat_", "AGE-SECRET-KEY-1", '"auth": "', "client-key-data: ", "DB_PASS=", "aB3/", "TOKEN_TYPE=",
             "password is ", "token was a1", "password for a b ", "secret of x y z is ", "api key ",
-            "mysql -u ", "mysql a -pb "]
+            "mysql -u ", "mysql a -pb ", "docker login -p ", "-keypass ", "7z -pa ", "lftp -u a,", "-U a%",
+            "htpasswd -b a ", "mc alias set ", "sqlplus a/", "redis://:a@", "openssl -passin pass:", "hvs.",
+            "curl -u a:"]
     started = time.perf_counter()
     for run in runs:
         redact(run * (100_000 // len(run)))
