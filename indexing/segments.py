@@ -153,6 +153,15 @@ class SnapshotCache(Generic[S]):
                 self._evict(keep=project)
             return snap
 
+    def replace(self, project: str, build: Callable[[], S]) -> S:
+        """Make `build()`'s snapshot the project's, built (and saved) while no other thread
+        advances it."""
+        with self._lock:
+            snap = self._snapshots[project] = build()
+            self._used[project] = next(self._clock)
+            self._evict(keep=project)
+            return snap
+
     def _evict(self, keep: str) -> None:
         if self.max_bytes is None:
             return

@@ -220,7 +220,12 @@ class Memory:
         return Ingested(tuple(results), dict(counts))
 
     def forget(self, project: str, refs: list[str]) -> list[int]:
-        return self.store.forget(check_project(project), check_names(refs, "refs"))
+        """Remove units by ref or id from the store, and their words from any index saved on disk."""
+        ids = self.store.forget(check_project(project), check_names(refs, "refs"))
+        for channel in self.channels:
+            if hasattr(channel, "purge"):
+                channel.purge(project)
+        return ids
 
     # ---- stages 2-4 -------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,18 @@ class LexicalSnapshot:
         out[which] = self._scores(query)[rows]
         return out
 
+    def without_dead_terms(self) -> "LexicalSnapshot":
+        """This snapshot with a new vocabulary in which each term that only dead rows hold (a
+        forgotten or rewritten unit's) is replaced by a name no text tokenizes to, keeping its id
+        (the parts' columns are by id): a saved vocabulary then no longer holds the words of
+        units the store no longer has. Scores do not change (dead rows never score)."""
+        alive = np.zeros(len(self.vocab), dtype=bool)
+        for part, dead in zip(self.segments.parts, self.segments.dead):
+            terms = np.repeat(np.arange(len(part.indptr) - 1), np.diff(part.indptr))
+            alive[terms if dead is None else terms[~dead[part.docs]]] = True
+        vocab = {term if alive[i] else f"\x00{i}": i for term, i in self.vocab.items()}
+        return replace(self, vocab=vocab)
+
     def advanced(self, changes: Changes) -> "LexicalSnapshot":
         """This snapshot with the changed units' old rows dead and their current rows added."""
         segs = self.segments
@@ -197,6 +209,16 @@ class LexicalIndex:
         if newest is not None and len(newest.ids) >= PERSIST_ROWS and newest.name not in self._saved(project):
             self._persist(new)
         return new
+
+    def purge(self, project: str) -> None:
+        """After units are forgotten: the saved vocabulary holds every term the project's index has
+        met, the forgotten units' among them, so it is saved again without the terms that no live
+        row holds any more (`without_dead_terms`); the save sweeps the old files away. Nothing to
+        do where nothing is saved."""
+        if self.root is None or not (self.root / project / "CURRENT").exists():
+            return
+        pruned = self.snapshot(project).without_dead_terms()
+        self._snapshots.replace(project, lambda: (self._persist(pruned), pruned)[1])
 
     def rebuild(self, project: str) -> LexicalSnapshot:
         """From every row, a chunk of rows per part (memory stays bounded)."""
@@ -356,3 +378,6 @@ class Bm25Channel:
     def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
         """BM25 scores of given units (0 for a unit that shares no term with the query)."""
         return self.index.snapshot(project).score_units(query, ids)
+
+    def purge(self, project: str) -> None:
+        self.index.purge(project)

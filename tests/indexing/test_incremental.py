@@ -79,6 +79,28 @@ def test_a_lexical_index_saved_mid_way_catches_up_after_a_restart(tmp_path, monk
     store.close()
 
 
+def test_an_index_purged_after_forgets_scores_as_one_rebuilt_and_keeps_no_dead_word(tmp_path, monkeypatch):
+    monkeypatch.setattr("agentmemrec.indexing.lexical.index.PERSIST_ROWS", 4)
+    store, rng = DuckDBStore(tmp_path / "m.duckdb"), random.Random(13)
+    index = LexicalIndex(store, tmp_path / "idx")
+    store.write("p", validate_batch([{"kind": "turn", "ref": "slip", "text": "zebra unseal kafka"}]))
+    index.snapshot("p")
+    store.forget("p", ["slip"])
+    index.purge("p")
+    saved = b"".join(f.read_bytes() for f in (tmp_path / "idx").rglob("*") if f.is_file())
+    assert b"zebra" not in saved and b"kafka" not in saved
+    for step in range(40):
+        _step(store, rng, step)
+        if step % 5 == 0:  # the forgotten word comes back in a new unit
+            store.write("p", validate_batch([{"kind": "turn", "text": f"zebra {rng.choice(WORDS)} {step}"}]))
+        index.purge("p")
+        rebuilt = LexicalIndex(store, tmp_path / f"rebuilt-{step}").rebuild("p")
+        for snap in (index.snapshot("p"), LexicalIndex(store, tmp_path / "idx").snapshot("p")):  # and restarted
+            for query in QUERIES + ["zebra"]:
+                assert snap.search(query, 8) == rebuilt.search(query, 8)
+    store.close()
+
+
 def test_a_rebuild_in_chunks_equals_one_in_a_single_part(tmp_path, monkeypatch):
     store, rng = DuckDBStore(tmp_path / "m.duckdb"), random.Random(5)
     for step in range(20):

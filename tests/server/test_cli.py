@@ -39,6 +39,28 @@ def test_import_then_recall_then_explain(home, tmp_path, capsys, store_url):
     assert (home / "memory.duckdb").exists() == (store_url is None)  # PostgreSQL leaves the home's store alone
 
 
+def test_a_forgotten_unit_leaves_no_word_in_the_saved_lexical_index(home, tmp_path, capsys):
+    # past PERSIST_ROWS rows the BM25 index is saved under the home, its vocabulary in plain JSON
+    src = tmp_path / "items.jsonl"
+    src.write_text("\n".join(json.dumps({"kind": "turn", "ref": f"t{i}", "session": f"s{i // 50}",
+                                         "text": f"worker {i} retries the queue with backoff"}) for i in range(5200))
+                   + "\n" + json.dumps({"kind": "turn", "ref": "slip", "session": "s0",
+                                         "text": "the staging unseal phrase is quixoticzebra"}))
+    assert main(["import", str(src), "--project", "ops"]) == 0
+    assert main(["recall", "staging unseal phrase", "--project", "ops", "--budget", "300"]) == 0
+    assert "quixoticzebra" in capsys.readouterr().out
+
+    def saved_with_the_word() -> list[str]:
+        return [str(f) for f in (home / "index").rglob("*") if f.is_file() and b"quixoticzebra" in f.read_bytes()]
+
+    assert saved_with_the_word()  # the vocabulary holds it, as it should while the unit is stored
+    assert main(["forget", "slip", "--project", "ops"]) == 0
+    assert saved_with_the_word() == []
+    assert main(["recall", "worker 4321 retries", "--project", "ops", "--budget", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "worker 4321 retries the queue" in out and "quixoticzebra" not in out
+
+
 def test_the_store_comes_from_the_environment_and_a_bad_url_is_refused(home, pg_url, monkeypatch, capsys):
     monkeypatch.setenv("AGENTMEMREC_STORE", pg_url)
     assert main(["tokens", "add", "ci-bot", "--projects", "infra"]) == 0
