@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from agentmemrec.indexing.errors import InputError
+from agentmemrec.indexing.redact_commands import (
+    OPTION,
+    OPTION_NEEDLES,
+    POSITIONAL,
+    USER_SLASH_PASSWORD,
+    after_curl,
+    owns_option,
+)
 
 REDACTED_FIELDS = ("text", "title", "speaker", "session")
 # fields that name an item: a credential there is refused, not replaced (two refs would become one)
@@ -206,19 +214,9 @@ def _user_password(match: re.Match[str]) -> bool:
     user, value = match.group(2), match.group(3)
     if _is_placeholder(value) or value.startswith("//"):
         return False
-    if _CURL.search(_command_before(match)):
+    if after_curl(match):
         return True
     return not (value == user or re.fullmatch(r"[a-z_][a-z0-9_-]*|\d+", value))
-
-
-_CURL = re.compile(r"(?<![\w.-])curl(?=[ \t])")
-COMMAND_REACH = 300  # characters before a match searched for the command it is an argument of
-
-
-def _command_before(match: re.Match[str]) -> str:
-    """The shell command a match is an argument of, up to the match: the text since the start of
-    the line or the last `;`, `&` or `|` (within `COMMAND_REACH` characters)."""
-    return re.split(r"[;&|\n]", match.string[max(0, match.start() - COMMAND_REACH):match.start()])[-1]
 
 
 def _aws_secret_shaped(match: re.Match[str]) -> bool:
@@ -253,59 +251,13 @@ _B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
 _ARG = r"([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"  # a shell argument, maybe quoted
 _KEY_WORDS = ("pass", "pwd", "secret", "token", "key")
 
-_S = r"[ \t]++"  # the spaces between a command's arguments
-_WORD = r"[^\s;&|]{1,200}+"  # an argument, not across a `;`, `&&` or `|` that starts another command
-# A named command's password options, each with the separator before its value: `redis-cli -a X`,
-# `docker login -p X`, `mysql -pX` (its `-p` alone asks for the password, `-p X` names a database),
-# `smbclient -U user%X`. The third field: literals that name the command (the pattern's needles).
-_COMMAND_OPTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (r"mysql|mysqldump|mysqladmin|mariadb(?:-dump|-admin)?", r"-p", ("mysql", "mariadb")),
-    (r"7z[arz]?", r"-p", ("7z",)),
-    (r"sshpass(?:[ \t]++-v)?", r"-p(?:[ \t]++)?", ("sshpass",)),
-    (r"redis-cli", r"(?:-a|--pass)" + _S, ("redis-cli",)),
-    (r"(?:docker|podman|nerdctl|buildah|skopeo|oras|az|cf|helm" + _S + r"registry)" + _S + r"login",
-     r"-p" + _S, ("login",)),
-    (r"sqlcmd|bcp", r"-P" + _S, ("sqlcmd", "bcp")),
-    (r"ldap(?:search|modify|add|delete|compare|modrdn|passwd|whoami|exop)", r"-w" + _S, ("ldap",)),
-    (r"unzip|zip", r"-P" + _S, ("zip",)),
-    (r"mongo(?:sh|dump|restore|export|import|stat|top|files)?", r"-p" + _S, ("mongo",)),
-    (r"twine", r"-p" + _S, ("twine",)),
-    (r"ssh-keygen", r"-[NP]" + _S, ("ssh-keygen",)),
-    (r"keytool|jarsigner", r"-(?:src|dest)?(?:store|key)pass" + _S, ("keytool", "jarsigner")),
-    (r"openssl", r"-[kK]" + _S + r"|-pass(?:in|out|word)?" + _S + r"pass:", ("openssl",)),
-    (r"apksigner", r"--(?:ks|key)-pass" + _S + r"pass:", ("apksigner",)),
-    (r"smbclient|rpcclient|smbcacls|smbget|smbmap", r"(?:-U" + _S + r"|--user(?:name)?=)[^\s%\"']{1,64}+%",
-     ("smb", "rpcclient")),
-    (r"lftp", r"-u" + _S + r"[^\s,\"']{1,64}+,", ("lftp",)),
-)
-# any option of the table, up to where its value starts, longest first (`-keypass`, not `-k`); which
-# command it belongs to is `_a_password_option`'s to check
-_OPTIONS = sorted({option for _, option, _ in _COMMAND_OPTIONS}, key=lambda o: (-len(o), o))
-_OPTION = r"(?<![\w-])(?:" + "|".join(_OPTIONS) + r")(?!-)"
-_COMMAND = re.compile(r"(?<![\w.-])(?:" + "|".join(f"(?P<c{i}>{command})" for i, (command, _, _) in
-                                                   enumerate(_COMMAND_OPTIONS)) + r")(?=[ \t])")
-_COMMAND_OPTION = tuple(re.compile(option) for _, option, _ in _COMMAND_OPTIONS)
-# a password in a named place among a command's arguments: `htpasswd -b FILE USER X` (`-nb USER X`),
-# `mc alias set NAME URL ACCESS-KEY X`, `aws configure set aws_secret_access_key X`
-_POSITIONAL = (r"(?<![\w.-])(?:htpasswd" + _S + r"-(?=[A-Za-z]{0,9}b)(?:(?=[A-Za-z]{0,9}n)[A-Za-z]++|[A-Za-z]++" + _S
-               + _WORD + r")" + _S + _WORD + _S + r"|mc" + _S + r"(?:alias" + _S + r"set|config" + _S + r"host" + _S
-               + r"add)" + (_S + _WORD) * 3 + _S + r"|aws" + _S + r"configure" + _S + r"set" + _S
-               + r"(?:[\w-]++\.)?+(?:aws_secret_access_key|aws_session_token)" + _S + r")")
-
-
 def _a_password(value: str) -> bool:
     """A command's password argument: not a placeholder (`-p$MYSQL_PWD`) nor the next option."""
     return not (_is_placeholder(value) or value.startswith("-"))
 
 
 def _a_password_option(match: re.Match[str]) -> bool:
-    """`-p`, `-P`, `-a`...: a password option of the command it follows (the last of the table's
-    commands since the start of the line or the last `;`, `&` or `|`): `docker login -p X`, not
-    `docker run -p 8080:80` or `ssh -p 2222`."""
-    option = match.group(0)[:match.start(2) - match.start()].removesuffix(match.group(1) or "")
-    commands = list(_COMMAND.finditer(_command_before(match)))
-    return (bool(commands) and _a_password(match.group(2))
-            and bool(_COMMAND_OPTION[int(commands[-1].lastgroup[1:])].fullmatch(option)))
+    return _a_password(match.group(2)) and owns_option(match)
 
 
 # Order matters: specific provider shapes first, so a key is named for what it is; the generic
@@ -365,14 +317,12 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?<![A-Za-z0-9_-])(?:-u|--user)(?:[ \t]++|=)([\"'])?([^\s:\"'@/]{1,64}+):"
         r"((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"), group=3, accept=_user_password,
         needles=("-u",)),
-    Pattern("command-password", re.compile(_OPTION + _ARG), group=2, accept=_a_password_option,
-            needles=tuple(needle for _, _, needles in _COMMAND_OPTIONS for needle in needles)),
-    Pattern("command-password", re.compile(_POSITIONAL + _ARG), group=2,
+    Pattern("command-password", re.compile(OPTION + _ARG), group=2, accept=_a_password_option,
+            needles=OPTION_NEEDLES),
+    Pattern("command-password", re.compile(POSITIONAL + _ARG), group=2,
             accept=lambda m: _a_password(m.group(2)), needles=("htpasswd", "mc ", "configure")),
-    Pattern("command-password", re.compile(
-        r"(?<![\w.-])(?:sqlplus|sqlldr|expdp|impdp)(?:[ \t]++-\w{1,20}+)*+[ \t]++[\"']?[A-Za-z_][\w$#]{0,63}+/"
-        r"([^\s\"'@/]{1,128}+)"), group=1, accept=lambda m: _a_password(m.group(1)),
-        needles=("sqlplus", "sqlldr", "expdp", "impdp")),
+    Pattern("command-password", re.compile(USER_SLASH_PASSWORD), group=1, accept=lambda m: _a_password(m.group(1)),
+            needles=("sqlplus", "sqlldr", "expdp", "impdp")),
     Pattern("netrc-password", re.compile(
         r"(?m)^[ \t]*+(?:machine\s++\S++(?:\s++(?:login|account|port)\s++\S++)*+"
         r"|default(?:\s++(?:login|account|port)\s++\S++)++)\s++password\s++(\S++)"),
@@ -434,6 +384,21 @@ def _replace(match: re.Match[str], pattern: Pattern, counts: Counter[str]) -> st
     return whole[:start] + marker(pattern.name) + whole[end:]
 
 
+def redact_fields(values: Mapping[str, Any], names: tuple[str, ...] = REDACTED_FIELDS
+                  ) -> tuple[dict[str, str], dict[str, int]]:
+    """Of the text fields `names` of an item or a stored unit, those that redaction changes, with
+    their new values, and the replacements by pattern name."""
+    out, counts = {}, Counter[str]()
+    for name in names:
+        value = values.get(name)
+        if isinstance(value, str):
+            result = redact(value)
+            if result.text != value:
+                out[name] = result.text
+                counts.update(result.counts)
+    return out, dict(counts)
+
+
 def redact_item(raw: Any, position: str = "item") -> tuple[Any, Mapping[str, int]]:
     """A raw remember item with its text fields redacted; anything else is returned as is
     (validation, not redaction, rejects malformed items). A credential in a field that names the
@@ -446,11 +411,5 @@ def redact_item(raw: Any, position: str = "item") -> tuple[Any, Mapping[str, int
         if found:
             raise InputError(f"{position}, field {name!r}: looks like it holds a credential "
                              f"({', '.join(sorted(found))}); name the item without it")
-    out, counts = dict(raw), Counter[str]()
-    for name in REDACTED_FIELDS:
-        value = raw.get(name)
-        if isinstance(value, str):
-            result = redact(value)
-            out[name] = result.text
-            counts.update(result.counts)
-    return out, dict(counts)
+    changed, counts = redact_fields(raw)
+    return {**raw, **changed}, counts

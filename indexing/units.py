@@ -43,6 +43,9 @@ INVISIBLE = re.compile(r"[\u200b\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069]")
 UNIT_ID = re.compile(r"#[0-9]{1,18}")  # how an id is written ('#42'): no ref may look like one
 ITEM_FIELDS = ("kind", "text", "ref", "session", "role", "speaker", "at", "title", "status",
                "supersedes", "path")
+# a stored unit's free-text fields (a note's heading trail comes from its text): what redaction
+# may rewrite in place (`Store.rewrite`)
+TEXT_FIELDS = ("text", "title", "speaker", "session", "heading")
 
 
 @dataclass(frozen=True)

@@ -5,21 +5,26 @@ scores, token counts, channel hits, outcomes) and its feature matrix are little-
 base64 inside one small JSON document (about a third of the size of a JSON object per candidate,
 and a few per cent of its cost to encode). `unpack` gives back one dict per candidate, as
 `explain_selection` shows them; explanations saved before packing (a list of candidate objects)
-read as they always did.
+read as they always did. `explain` reads one back for a caller, with the units as they are now.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Any, Sequence, get_args
+import re
+from typing import TYPE_CHECKING, Any, Sequence, get_args
 
 import numpy as np
 
+from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.protocol import Store
-from agentmemrec.indexing.units import Unit, parse_time
+from agentmemrec.indexing.units import Unit, check_names, parse_time
 from agentmemrec.ranking.features import FEATURE_NAMES
 from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.slate import HEADER_RESERVE, Outcome, Slate, SlateInputs, display_status, item_tokens
+
+if TYPE_CHECKING:
+    from agentmemrec.ranking.memory import Memory
 
 PACKED = 2  # the payload's "packed" version
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
@@ -197,3 +202,54 @@ def add_top_features(ranker: Any, candidates: list[dict[str, Any]]) -> None:
             for c in chosen]
     for c, top in zip(chosen, top_features(rows)):
         c["top_features"] = dict(top)  # feature -> contribution, largest first
+
+
+SLATE_ID = re.compile(r"s_(?:[0-9]{16}|[0-9a-f]{12})")  # 12 hex digits: saved before ids were digits
+
+
+def explain(memory: "Memory", slate_id: str, allowed: set[str] | frozenset[str], refs: Sequence[str] = (),
+            others: int | None = None) -> dict[str, Any]:
+    """The saved explanation of a slate, with every candidate (`others` None) or only the
+    slate's items, the candidates `refs` name and the `others` best-ranked of the rest (see
+    `abridge`), each of those then with the features that most raised its score."""
+    refs = check_names(refs, "refs") if refs else []
+    valid = isinstance(slate_id, str) and SLATE_ID.fullmatch(slate_id)
+    saved = memory.slates.load(slate_id) if valid else None
+    if saved is None and valid and memory.slates.lost(slate_id):
+        raise InputError(f"the explanation of slate {slate_id} was lost: the process that owned "
+                         "the memory store stopped (crashed or was killed) before saving it; call "
+                         "recall_slate again and explain the new slate")
+    if saved is None or saved[0] not in allowed:
+        raise InputError(f"unknown slate id {str(slate_id)[:40]!r}; pass the slate_id that recall_slate "
+                         "returned (slates of other projects are not visible)")
+    project, payload = saved[0], unpack(saved[1])
+    memory.store.refresh(project)  # a write another replica acknowledged is "later", not "never in pool"
+    live = memory.store.units(project, [c["id"] for c in payload["candidates"]])
+    # forgotten units never reappear; a decision's status is the one in force in the slate
+    candidates = [{**_unit_fields(live[c["id"]]), **c} for c in payload["candidates"] if c["id"] in live]
+    payload = {**payload, "project": project, "candidates": candidates,
+               "units_in_project": memory.store.count_units(project),
+               # of the projects this caller may use: a count of others' projects would say
+               # how much a team's other principals store
+               "out_of_scope_units": sum(n for p, n in memory.store.projects().items()
+                                         if p in allowed and p != project),
+               "notes": payload["notes"] if "notes" in payload else memory.notes(project)}
+    if refs:
+        since = payload.get("generation")
+        now = memory.store.generation(project)
+        later = None if since is None else memory.store.changed_between(project, since, now)
+        payload["diagnosis"] = [diagnose(memory.store, project, payload, r, later or set()) for r in refs]
+    if others is not None:
+        named = {u["id"] for d in payload.get("diagnosis") or [] for u in d.get("units", [])}
+        payload["candidates"] = abridge(candidates, named, others)
+        payload["candidates_left_out"] = len(candidates) - len(payload["candidates"])
+    # every listed candidate's, or the slate items' of a whole pool (hundreds take seconds)
+    add_top_features(memory.ranker, [c for c in payload["candidates"] if others is not None
+                                   or c["outcome"].startswith("in_slate")])
+    return payload
+
+
+
+def _unit_fields(u: Unit) -> dict[str, Any]:
+    return {"ref": u.ref, "kind": u.kind, "session": u.session, "role": u.role,
+            "status": u.status, "path": u.path, "at": u.at.isoformat()}

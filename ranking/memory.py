@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import threading
 from collections import Counter
@@ -11,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from agentmemrec.indexing.dense.backfill import EmbeddingWorker, embed_pending
 from agentmemrec.indexing.dense.index import DenseChannel, DenseIndex
@@ -28,7 +27,7 @@ from agentmemrec.indexing.store.sessions import SessionIndex, SessionSnapshot
 from agentmemrec.indexing.store.slates import SlateLog
 from agentmemrec.indexing.units import Unit, check_names, check_project, check_utf8, parse_time, validate_batch
 from agentmemrec.ranking.candidates import DEFAULT_POOL, Channel, Pool, generate_pool
-from agentmemrec.ranking.explanation import abridge, add_top_features, diagnose, pack_pool, unpack
+from agentmemrec.ranking.explanation import explain, pack_pool
 from agentmemrec.ranking.features import warm_text_features
 from agentmemrec.ranking.loading import open_models, without_served
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
@@ -39,7 +38,6 @@ T = TypeVar("T")
 
 MIN_BUDGET, MAX_BUDGET = 200, 200_000
 MAX_QUERY_CHARS = 8_000
-SLATE_ID = re.compile(r"s_(?:[0-9]{16}|[0-9a-f]{12})")  # 12 hex digits: saved before ids were digits
 EMPTY_PROJECT_NOTE = "project {!r} holds no units yet"  # a recall's note where the project holds nothing
 
 
@@ -210,10 +208,7 @@ class Memory:
             for _, found in redacted:
                 counts.update(found)
         results = self.store.write(project, validate_batch(raw_items))
-        if self.dense is not None and self.worker is None:  # a worker embeds them itself
-            self.written.setdefault(project, set()).update(*(r.ids for r in results if r.outcome != "unchanged"))
-        if self.worker is not None:
-            self.worker.notify()  # embedding happens in the background; the write never waits
+        self.rewritten(project, (i for r in results if r.outcome != "unchanged" for i in r.ids))
         if counts:
             log.info("redacted %d secret(s) before storing in %s: %s", sum(counts.values()), project,
                      ", ".join(f"{name} x{n}" for name, n in sorted(counts.items())))
@@ -222,10 +217,21 @@ class Memory:
     def forget(self, project: str, refs: list[str]) -> list[int]:
         """Remove units by ref or id from the store, and their words from any index saved on disk."""
         ids = self.store.forget(check_project(project), check_names(refs, "refs"))
+        self.purge(project)
+        return ids
+
+    def purge(self, project: str) -> None:
+        """Words that no stored unit holds any more leave the indexes saved on disk."""
         for channel in self.channels:
             if hasattr(channel, "purge"):
                 channel.purge(project)
-        return ids
+
+    def rewritten(self, project: str, ids: Iterable[int]) -> None:
+        """Units stored or changed in place are embedded: by the worker, or by `embed_written`."""
+        if self.dense is not None and self.worker is None:
+            self.written.setdefault(project, set()).update(ids)
+        if self.worker is not None:
+            self.worker.notify()  # embedding happens in the background; the write never waits
 
     # ---- stages 2-4 -------------------------------------------------------------------------
 
@@ -372,44 +378,7 @@ class Memory:
 
     def explain(self, slate_id: str, allowed: set[str] | frozenset[str], refs: Sequence[str] = (),
                 others: int | None = None) -> dict[str, Any]:
-        """The saved explanation of a slate, with every candidate (`others` None) or only the
-        slate's items, the candidates `refs` name and the `others` best-ranked of the rest (see
-        `abridge`), each of those then with the features that most raised its score."""
-        refs = check_names(refs, "refs") if refs else []
-        valid = isinstance(slate_id, str) and SLATE_ID.fullmatch(slate_id)
-        saved = self.slates.load(slate_id) if valid else None
-        if saved is None and valid and self.slates.lost(slate_id):
-            raise InputError(f"the explanation of slate {slate_id} was lost: the process that owned "
-                             "the memory store stopped (crashed or was killed) before saving it; call "
-                             "recall_slate again and explain the new slate")
-        if saved is None or saved[0] not in allowed:
-            raise InputError(f"unknown slate id {str(slate_id)[:40]!r}; pass the slate_id that recall_slate "
-                             "returned (slates of other projects are not visible)")
-        project, payload = saved[0], unpack(saved[1])
-        self.store.refresh(project)  # a write another replica acknowledged is "later", not "never in pool"
-        live = self.store.units(project, [c["id"] for c in payload["candidates"]])
-        # forgotten units never reappear; a decision's status is the one in force in the slate
-        candidates = [{**_unit_fields(live[c["id"]]), **c} for c in payload["candidates"] if c["id"] in live]
-        payload = {**payload, "project": project, "candidates": candidates,
-                   "units_in_project": self.store.count_units(project),
-                   # of the projects this caller may use: a count of others' projects would say
-                   # how much a team's other principals store
-                   "out_of_scope_units": sum(n for p, n in self.store.projects().items()
-                                             if p in allowed and p != project),
-                   "notes": payload["notes"] if "notes" in payload else self.notes(project)}
-        if refs:
-            since = payload.get("generation")
-            now = self.store.generation(project)
-            later = None if since is None else self.store.changed_between(project, since, now)
-            payload["diagnosis"] = [diagnose(self.store, project, payload, r, later or set()) for r in refs]
-        if others is not None:
-            named = {u["id"] for d in payload.get("diagnosis") or [] for u in d.get("units", [])}
-            payload["candidates"] = abridge(candidates, named, others)
-            payload["candidates_left_out"] = len(candidates) - len(payload["candidates"])
-        # every listed candidate's, or the slate items' of a whole pool (hundreds take seconds)
-        add_top_features(self.ranker, [c for c in payload["candidates"] if others is not None
-                                       or c["outcome"].startswith("in_slate")])
-        return payload
+        return explain(self, slate_id, allowed, refs, others)
 
 
 def build(selection: Selection, budget: int, id_prefix: str = "", matched_only: bool = False, pull: int = SESSION_PULL
@@ -423,11 +392,6 @@ def new_slate_id(prefix: str = "") -> str:
     """Decimal digits, which the tokenizer cuts into the same number of tokens whatever they are: with
     hex digits the slate's first line took 19 to 28 tokens, so the room left for items changed with the id."""
     return "s_" + (prefix + f"{secrets.randbelow(10 ** 16):016d}")[:16]
-
-
-def _unit_fields(u: Unit) -> dict[str, Any]:
-    return {"ref": u.ref, "kind": u.kind, "session": u.session, "role": u.role,
-            "status": u.status, "path": u.path, "at": u.at.isoformat()}
 
 
 def check_query(query: Any) -> str:

@@ -33,6 +33,7 @@ from agentmemrec.indexing.store.protocol import SourceRow, WriteResult
 from agentmemrec.indexing.units import MAX_BATCH, MAX_TEXT_BYTES
 from agentmemrec.ranking import views
 from agentmemrec.ranking.memory import Memory, RecallConfig
+from agentmemrec.ranking.scrub import redact_stored
 from agentmemrec.ranking.slate import Slate
 from agentmemrec.server import hook_context, wire
 from agentmemrec.server.owner_socket import StoreFile, peer_uid, private_home, same_user, socket_path, take_lock
@@ -46,8 +47,8 @@ MAX_CONNECTIONS = 32  # calls the owner serves at once, each in a thread of its 
 MAX_LINE = MAX_BATCH * (6 * MAX_TEXT_BYTES + 64 * 1024)  # a valid call's longest: every byte JSON-escaped
 ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
 REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources", "tokens.list",
-                        "tokens.principal", "hook", "decisions", "kinds", "show", "notes"})
-WRITES = frozenset({"remember", "ingest", "forget", "rename_ref", "tokens.add", "tokens.revoke"})
+                        "tokens.principal", "hook", "decisions", "kinds", "show", "notes", "redact_stored"})
+WRITES = frozenset({"remember", "ingest", "forget", "rename_ref", "tokens.add", "tokens.revoke", "redact_stored"})
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,9 @@ class ModelChoices:
 def _operations(memory: Memory) -> dict[str, Callable[..., Any]]:
     store = memory.store
     return {"remember": memory.remember, "ingest": memory.ingest, "recall": memory.recall,
-            "explain": memory.explain, "forget": memory.forget, "projects": store.projects,
+            "explain": memory.explain, "forget": memory.forget, "redact_stored": partial(redact_stored, memory),
+            "projects": store.projects, "rename_ref": store.rename_ref,
             "sources": lambda project, prefixes, under="": store.sources(project, tuple(prefixes), under),
-            "rename_ref": store.rename_ref,
             "tokens.add": partial(principals.add_token, store),
             "tokens.list": partial(principals.list_tokens, store),
             "tokens.revoke": partial(principals.revoke_token, store),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Collection, ContextManager, Iterable, Iterator, Protocol
+from typing import Callable, Collection, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 import numpy as np
 
@@ -110,6 +110,11 @@ class Store(Protocol):
     def forget(self, project: str, refs: list[str]) -> list[int]: ...
 
     def rename_ref(self, project: str, old_ref: str, new_ref: str, path: str | None) -> list[int]: ...
+
+    def rewrite(self, project: str, change: Callable[[Unit], Mapping[str, str]],
+                dry_run: bool = False) -> list[tuple[Unit, dict[str, str]]]: ...
+
+    def rewrite_slates(self, project: str, change: Callable[[str], str | None], dry_run: bool = False) -> int: ...
 
     # what derived indexes follow
     def refresh(self, project: str) -> None:

@@ -16,14 +16,14 @@ import sys
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.changes import UNIT_COLUMNS, changes_since, generation_and_log, row_to_unit, scan_units
 from agentmemrec.indexing.store.generations import CarriedCache, Generations
 from agentmemrec.indexing.store.protocol import Changes, Principal, SourceRow, VectorRows, WriteResult
 from agentmemrec.indexing.store.vectors import drop_vectors
-from agentmemrec.indexing.store.writes import Prepared, now, resolve_all, unlink_forgotten, write_batch
+from agentmemrec.indexing.store.writes import Prepared, now, resolve_all, rewrite_units, unlink_forgotten, write_batch
 from agentmemrec.indexing.units import Item, Unit, check_project, chunk_item, content_hash, id_hint
 
 UNIT_CACHE_BYTES = 64 << 20  # per project: units weigh what their text does, up to 128 KiB each
@@ -156,6 +156,33 @@ class SqlStore(ABC):
                 raise InputError(f"ref {old_ref!r} names nothing in project {project!r}")
             self._bump(cur, project, ids)
         return sorted(ids)
+
+    def rewrite(self, project: str, change: Callable[[Unit], Mapping[str, str]],
+                dry_run: bool = False) -> list[tuple[Unit, dict[str, str]]]:
+        """Rewrite a project's units in place, in one transaction: `change(unit)` gives new values
+        of some of its text fields (`text`, `title`, `speaker`, `session`, `heading`), or none.
+        A changed unit keeps its id and ref and is embedded again; it and the other chunks of its
+        item get a new content hash, made from the new text (an item without a ref is keyed by
+        it), so no hash of the old text is kept. Returns the changed units with their new values;
+        `dry_run` writes nothing."""
+        check_project(project)
+        changed: list[tuple[Unit, dict[str, str]]] = []
+        with self.reading() if dry_run else self.transaction(project) as cur:
+            scan_units(cur, project, lambda units: changed.extend((u, dict(new)) for u in units if (new := change(u))))
+            if changed and not dry_run:
+                self._bump(cur, project, rewrite_units(cur, project, changed))
+                drop_vectors(cur, [u.id for u, _ in changed])
+        return changed
+
+    def rewrite_slates(self, project: str, change: Callable[[str], str | None], dry_run: bool = False) -> int:
+        """Rewrite the saved explanations of a project's slates: `change` maps a payload to its new
+        one, or to None. Returns how many changed; `dry_run` writes nothing."""
+        with self.reading() if dry_run else self.transaction() as cur:
+            rows = cur.execute("SELECT slate_id, payload FROM slates WHERE project = ?", [project]).fetchall()
+            changed = [(new, slate_id) for slate_id, payload in rows if (new := change(payload)) is not None]
+            for row in changed if not dry_run else ():
+                cur.execute("UPDATE slates SET payload = ? WHERE slate_id = ?", list(row))
+        return len(changed)
 
     # ---- what derived indexes follow ---------------------------------------------------------
 

@@ -8,13 +8,15 @@ supersession links between decisions, which a write may create, change or refuse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.protocol import WriteResult
-from agentmemrec.indexing.units import UNIT_ID, Chunk, Item, id_hint
+from agentmemrec.indexing.tokens import count_tokens
+from agentmemrec.indexing.units import TEXT_FIELDS, UNIT_ID, Chunk, Item, Unit, content_hash, id_hint
 
 if TYPE_CHECKING:
     from agentmemrec.indexing.store.sql_store import Cursor
@@ -259,3 +261,52 @@ def _unchanged_chunks(cur: Cursor, project: str, item: Item,
         if same and (item.at is None or old[13] == item.at):
             kept[row[0]] = int(old[0])
     return kept
+
+
+def rewrite_units(cur: Cursor, project: str, changed: list[tuple[Unit, dict[str, str]]]) -> list[int]:
+    """Give units new values of their text fields in place (`SqlStore.rewrite`); every chunk of
+    their items gets a content hash of the item's new text (`_rewritten_hash`), and a new key
+    where the item has no ref. Returns the ids of every chunk touched."""
+    new = {u.id: fields for u, fields in changed}
+    wrong = {name for fields in new.values() for name in fields} - set(TEXT_FIELDS)
+    if wrong:
+        raise ValueError(f"only the text fields {TEXT_FIELDS} are rewritten in place, not {sorted(wrong)}")
+    units = {u.id: u for u, _ in changed}
+    taken: set[str] = set()  # keys given in this rewrite
+    touched = []
+    for ref, chash in sorted({(u.ref, None if u.ref else u.content_hash) for u, _ in changed}, key=str):
+        rows = cur.execute("SELECT id, chunk, text FROM units WHERE project = ? AND "
+                           + ("ref = ?" if ref else "ref IS NULL AND content_hash = ?") + " ORDER BY chunk",
+                           [project, ref or chash]).fetchall()
+        texts = [new.get(uid, {}).get("text", text) for uid, _, text in rows]
+        first = rows[0][0]
+        fresh = _rewritten_hash(units[first], new[first]) if len(rows) == 1 and first in units else None
+        key = f"hash:{fresh}#0"
+        if fresh is None or not ref and (key in taken or cur.execute(
+                "SELECT count(*) FROM units WHERE project = ? AND key = ?", [project, key]).fetchone()[0]):
+            # the first chunk's id makes it the item's own: two items redacted alike stay two
+            fresh = hashlib.sha256("\x1f".join(["rewritten", str(first), *texts]).encode("utf-8")).hexdigest()
+        for (uid, chunk, _), text in zip(rows, texts):
+            fields = {**new.get(uid, {}), "content_hash": fresh}
+            if uid in new:
+                fields["tokens"] = count_tokens(text)
+            if not ref:
+                fields["key"] = f"hash:{fresh}#{chunk}"
+                taken.add(fields["key"])
+            cur.execute(f"UPDATE units SET {', '.join(f'{name} = ?' for name in fields)} WHERE id = ?",
+                        [*fields.values(), uid])
+            touched.append(uid)
+    return touched
+
+
+def _rewritten_hash(unit: Unit, fields: dict[str, str]) -> str | None:
+    """The content hash a write of the rewritten item would give it, so that writing that item
+    again (an import repeated, redacted this time) finds it stored: for a one-chunk item whose
+    stored fields give back its stored hash, with or without its time (whether the writer gave
+    one). None for any other (a decision's `supersedes` was the writer's text, say)."""
+    for at in (None, unit.at):
+        item = Item(unit.kind, unit.text, unit.ref, unit.session, unit.role, unit.speaker, at, unit.title,
+                    unit.status, None, unit.path)
+        if content_hash(item) == unit.content_hash:
+            return content_hash(replace(item, **{k: v for k, v in fields.items() if k != "heading"}))
+    return None

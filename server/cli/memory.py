@@ -29,6 +29,7 @@ from agentmemrec.server.settings import Settings, watch_folders
 
 log = logging.getLogger("agentmemrec")
 IMPORT_BATCH = 1000
+LISTED = 20  # the units `redact` names in its line for a project
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -65,6 +66,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("refs", nargs="+", help="refs or ids to remove")
     project_args(p)
 
+    p = sub.add_parser("redact", help="redact the secrets in what is already stored (written before a "
+                       "pattern existed, or with --no-redact)")
+    project_args(p)
+    p.add_argument("--all-projects", action="store_true", help="every project in the store, not one")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, and change nothing")
+
     p = sub.add_parser("tokens", help="bearer tokens for `serve --http`")
     tokens = p.add_subparsers(dest="tokens_command", required=True)
     add = tokens.add_parser("add", help="make a token for NAME; prints its secret once")
@@ -77,7 +84,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     for command in (add, listing, revoke):
         store_arg(command)
     return {"import": cmd_import, "watch": cmd_watch, "recall": cmd_recall, "explain": cmd_explain,
-            "forget": cmd_forget, "tokens": cmd_tokens}
+            "forget": cmd_forget, "redact": cmd_redact, "tokens": cmd_tokens}
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -246,6 +253,30 @@ def cmd_forget(args: argparse.Namespace) -> int:
     finally:
         memory.close()
     emit(f"removed {len(removed)} units from project {settings.project}")
+    return 0
+
+
+def cmd_redact(args: argparse.Namespace) -> int:
+    from agentmemrec.server.sources import tally  # noqa: PLC0415
+    settings = Settings.load(args.project, store=args.store)
+    memory = open_memory(settings)
+    try:
+        projects = sorted(memory.projects()) if args.all_projects else [settings.project]
+        reports = [memory.call("redact_stored", project, args.dry_run) for project in projects]
+    finally:
+        memory.close()
+    verb = "would redact" if args.dry_run else "redacted"
+    for report in reports:
+        units = ", ".join(f"#{u['id']}" + (f" ({u['ref']})" if u["ref"] else "") for u in report["units"][:LISTED])
+        more = f" and {len(report['units']) - LISTED} more" if len(report["units"]) > LISTED else ""
+        emit(f"project {report['project']}: {tally(verb, report['redacted'], 'secrets')}"
+             + (f" in {len(report['units'])} units: {units}{more}" if units else "")
+             + (f"; in the queries of {report['queries']} saved explanations" if report["queries"] else ""))
+        for u in report["named_by_a_secret"]:
+            emit(f"-- #{u['id']} is named by a secret in its ref or path, which cannot be replaced: "
+                 f"agentmemrec forget '#{u['id']}' --project {report['project']}")
+    if not reports:
+        emit("-- no project yet; nothing to redact")
     return 0
 
 

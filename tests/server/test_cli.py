@@ -61,6 +61,34 @@ def test_a_forgotten_unit_leaves_no_word_in_the_saved_lexical_index(home, tmp_pa
     assert "worker 4321 retries the queue" in out and "quixoticzebra" not in out
 
 
+def test_redact_scrubs_what_was_stored_before_and_leaves_no_secret_in_the_saved_index(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text(json.dumps({"kind": "turn", "ref": "t1", "session": "s", "text": "pushed after docker login -u ci "
+                                                                                     "-p Xk9mm2pqQ reg.example.com"})
+                   + "\n" + json.dumps({"kind": "turn", "session": "s", "text": "the registry is reg.example.com"}))
+    assert main(["import", str(src), "--project", "shop", "--no-redact"]) == 0
+    assert main(["import", str(src), "--project", "ops", "--no-redact"]) == 0
+    assert main(["recall", "docker login registry", "--project", "shop"]) == 0  # the index is built and saved
+    capsys.readouterr()
+
+    def saved_with_the_secret() -> list[str]:
+        return [str(f) for f in (home / "index").rglob("*") if f.is_file() and b"xk9mm2pqq" in f.read_bytes().lower()]
+
+    assert saved_with_the_secret()
+    assert main(["redact", "--project", "shop", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("project shop: would redact 1 secrets: command-password 1 in 1 units: #")
+    assert saved_with_the_secret()
+    assert main(["redact", "--all-projects"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["project ops", "project shop"]
+    assert all("redacted 1 secrets: command-password 1 in 1 units: #" in line and "(t1)" in line for line in out)
+    assert saved_with_the_secret() == []
+    assert main(["recall", "docker login registry", "--project", "shop"]) == 0
+    assert "-p [REDACTED:command-password] reg.example.com" in capsys.readouterr().out
+    assert main(["import", str(src), "--project", "shop"]) == 0  # redacted now: found stored as it is
+    assert "2 items read, 0 stored or updated" in capsys.readouterr().out
+
+
 def test_the_store_comes_from_the_environment_and_a_bad_url_is_refused(home, pg_url, monkeypatch, capsys):
     monkeypatch.setenv("AGENTMEMREC_STORE", pg_url)
     assert main(["tokens", "add", "ci-bot", "--projects", "infra"]) == 0

@@ -400,3 +400,4 @@ def test_a_store_migrated_by_a_newer_version_is_refused_with_one_clear_line(reop
     assert f"was migrated by a newer AgentMemRec (schema version {store.schema_version + 1}; this one " \
            f"knows up to {store.schema_version}): upgrade this AgentMemRec" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
