@@ -259,12 +259,15 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def cmd_redact(args: argparse.Namespace) -> int:
     from agentmemrec.server.sources import tally  # noqa: PLC0415
     settings = Settings.load(args.project, store=args.store)
-    memory = open_memory(settings)
+    memory = read_memory(settings)  # a home with no store yet has nothing to redact: none is made
     try:
-        projects = sorted(memory.projects()) if args.all_projects else [settings.project]
-        reports = [memory.call("redact_stored", project, args.dry_run) for project in projects]
+        stored = memory.projects()
+        projects = sorted(stored) if args.all_projects else [settings.project]
+        reports = [memory.call("redact_stored", project, args.dry_run) for project in projects if project in stored]
     finally:
         memory.close()
+    if not args.all_projects and settings.project not in stored:
+        emit(f"-- project {settings.project} holds nothing; `agentmemrec ls` lists the projects")
     verb = "would redact" if args.dry_run else "redacted"
     for report in reports:
         units = ", ".join(f"#{u['id']}" + (f" ({u['ref']})" if u["ref"] else "") for u in report["units"][:LISTED])
@@ -275,7 +278,7 @@ def cmd_redact(args: argparse.Namespace) -> int:
         for u in report["named_by_a_secret"]:
             emit(f"-- #{u['id']} is named by a secret in its ref or path, which cannot be replaced: "
                  f"agentmemrec forget '#{u['id']}' --project {report['project']}")
-    if not reports:
+    if args.all_projects and not reports:
         emit("-- no project yet; nothing to redact")
     return 0
 

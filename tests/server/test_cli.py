@@ -87,6 +87,8 @@ def test_redact_scrubs_what_was_stored_before_and_leaves_no_secret_in_the_saved_
     assert "-p [REDACTED:command-password] reg.example.com" in capsys.readouterr().out
     assert main(["import", str(src), "--project", "shop"]) == 0  # redacted now: found stored as it is
     assert "2 items read, 0 stored or updated" in capsys.readouterr().out
+    assert main(["redact", "--project", "nowhere"]) == 0
+    assert capsys.readouterr().out == "-- project nowhere holds nothing; `agentmemrec ls` lists the projects\n"
 
 
 def test_the_store_comes_from_the_environment_and_a_bad_url_is_refused(home, pg_url, monkeypatch, capsys):
