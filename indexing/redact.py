@@ -251,12 +251,14 @@ _B64 = r"(?<![A-Za-z0-9_-])"  # the start of a base64url run
 _ARG = r"([\"'])?((?:(?(1)[^\"'\n]|[^\s\"'])){1,256}+)(?(1)\1|(?!\S))"  # a shell argument, maybe quoted
 _KEY_WORDS = ("pass", "pwd", "secret", "token", "key")
 
+
 def _a_password(value: str) -> bool:
     """A command's password argument: not a placeholder (`-p$MYSQL_PWD`) nor the next option."""
     return not (_is_placeholder(value) or value.startswith("-"))
 
 
 def _a_password_option(match: re.Match[str]) -> bool:
+    """`docker login -p X`: a password option's value, where the command is the option's own."""
     return _a_password(match.group(2)) and owns_option(match)
 
 
