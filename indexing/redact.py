@@ -20,6 +20,7 @@ from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.redact_commands import (
     OPTION,
     OPTION_NEEDLES,
+    PIPED,
     POSITIONAL,
     USER_SLASH_PASSWORD,
     after_curl,
@@ -323,6 +324,8 @@ PATTERNS: tuple[Pattern, ...] = (
             needles=OPTION_NEEDLES),
     Pattern("command-password", re.compile(POSITIONAL + _ARG), group=2,
             accept=lambda m: _a_password(m.group(2)), needles=("htpasswd", "mc ", "configure")),
+    Pattern("command-password", re.compile(PIPED + _ARG), group=2,
+            accept=lambda m: _a_password(m.group(2)), needles=("-stdin", "sudo")),
     Pattern("command-password", re.compile(USER_SLASH_PASSWORD), group=1, accept=lambda m: _a_password(m.group(1)),
             needles=("sqlplus", "sqlldr", "expdp", "impdp")),
     Pattern("netrc-password", re.compile(

@@ -47,6 +47,11 @@ POSITIONAL = (r"(?<![\w.-])(?:htpasswd" + S + r"-(?=[A-Za-z]{0,9}b)(?:(?=[A-Za-z
               + WORD + r")" + S + WORD + S + r"|mc" + S + r"(?:alias" + S + r"set|config" + S + r"host" + S
               + r"add)" + (S + WORD) * 3 + S + r"|aws" + S + r"configure" + S + r"set" + S
               + r"(?:[\w-]++\.)?+(?:aws_secret_access_key|aws_session_token)" + S + r")")
+# a password piped to a command that reads it from its input: `echo X | docker login --password-stdin`,
+# `echo X | sudo -S ...`, `echo X | passwd --stdin user`; what follows is the echoed argument
+PIPED = (r"(?<![\w.-])(?:echo|printf)(?:" + S + r"-[neE]{1,3}+)?" + S + r"(?=(?:\"[^\"\n]{1,256}+\"|'[^'\n]{1,256}+'|[^\s\"'|]"
+         r"{1,256}+)[ \t]*+\|[ \t]*+(?:sudo" + S + r"-S|(?:sudo" + S + r")?(?:(?:docker|podman|nerdctl|buildah|skopeo"
+         r"|oras|helm" + S + r"registry)" + S + r"login" + r"[^\n;&|]{0,300}?--password-stdin|passwd" + S + r"--stdin)))")
 # Oracle's tools take `user/password@database` as one argument: its group 1 is the password
 USER_SLASH_PASSWORD = (r"(?<![\w.-])(?:sqlplus|sqlldr|expdp|impdp)(?:[ \t]++-\w{1,20}+)*+[ \t]++[\"']?"
                        r"[A-Za-z_][\w$#]{0,63}+/([^\s\"'@/]{1,128}+)")

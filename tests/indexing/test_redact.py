@@ -87,6 +87,8 @@ FAMILIES = [
     ("command-password", "mc alias set minio http://minio:9000 minioadmin hunterhunter", "hunterhunter"),
     ("command-password", "aws configure set aws_secret_access_key hunterhunter --profile dev", "hunterhunter"),
     ("command-password", "sqlplus -s scott/Tiger123@orcl @report.sql", "Tiger123"),
+    ("command-password", "echo 'Xk9mm2pq' | sudo -S apt-get update", "Xk9mm2pq"),
+    ("command-password", 'echo "Xk9mm2pq" | docker login -u ci --password-stdin ghcr.io', "Xk9mm2pq"),
     ("user-credentials", "curl --user deploy:hunterhunter https://ci.example.com", "hunterhunter"),
     ("url-credentials", "redis-cli -u redis://:Xk9mm2pq@cache:6379 ping", "Xk9mm2pq"),
     ("vault-token", "vault login hvs.CAESIJ1a2b3c4d5e6f7g8h9i0jKLMNOPQRSTUVWXYZ", "hvs.CAESIJ1a2b3c4d5e6f"),
@@ -160,6 +162,7 @@ def test_every_pattern_in_the_table_has_a_test():
     "mongosh -p --host db; ssh-keygen -t ed25519 -N '' -f key; docker login registry.example.com",
     "unzip -P $ZIP_PASSWORD a.zip; redis-cli -a \"$REDIS_PASSWORD\" ping; openssl rsa -passin file:pw.txt",
     "htpasswd -c .htpasswd admin; sqlplus / as sysdba; zipfile -P x; docker login; echo login -p x",
+    'echo "$TOKEN" | docker login -u ci --password-stdin; echo x | sudo -s; echo done | sudo tee -a f',
     "Fixed in commit 3f786850e387550fdab836ed7e6dc881de23001b; src/agentmemrec/indexing/sources/watcher",
 ])
 def test_ordinary_prose_and_code_are_left_alone(text):
@@ -181,7 +184,7 @@ def test_redaction_stays_linear_on_adversarial_text():
             "password is ", "token was a1", "password for a b ", "secret of x y z is ", "api key ",
             "mysql -u ", "mysql a -pb ", "docker login -p ", "-keypass ", "7z -pa ", "lftp -u a,", "-U a%",
             "htpasswd -b a ", "mc alias set ", "sqlplus a/", "redis://:a@", "openssl -passin pass:", "hvs.",
-            "curl -u a:"]
+            "curl -u a:", "echo a | docker login ", "echo a | sudo -S ", "echo "]
     started = time.perf_counter()
     for run in runs:
         redact(run * (100_000 // len(run)))
