@@ -155,8 +155,11 @@ class LexicalSnapshot:
         units the store no longer has. Scores do not change (dead rows never score)."""
         alive = np.zeros(len(self.vocab), dtype=bool)
         for part, dead in zip(self.segments.parts, self.segments.dead):
-            terms = np.repeat(np.arange(len(part.indptr) - 1), np.diff(part.indptr))
-            alive[terms if dead is None else terms[~dead[part.docs]]] = True
+            if dead is None:  # every row live: a term with a posting is alive
+                alive[:len(part.indptr) - 1] |= np.diff(part.indptr) > 0
+            else:  # live postings per term, from a running count
+                live = np.concatenate([[0], np.cumsum(~dead[part.docs], dtype=np.int64)])
+                alive[:len(part.indptr) - 1] |= live[part.indptr[1:]] > live[part.indptr[:-1]]
         vocab = {term if alive[i] else f"\x00{i}": i for term, i in self.vocab.items()}
         return replace(self, vocab=vocab)
 
