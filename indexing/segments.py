@@ -153,6 +153,10 @@ class SnapshotCache(Generic[S]):
                 self._evict(keep=project)
             return snap
 
+    def held(self, project: str) -> S | None:
+        """The project's snapshot if one is held, current or not (nothing is loaded)."""
+        return self._snapshots.get(project)
+
     def replace(self, project: str, build: Callable[[], S]) -> S:
         """Make `build()`'s snapshot the project's, built (and saved) while no other thread
         advances it."""

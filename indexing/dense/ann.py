@@ -108,6 +108,13 @@ class ProjectAnn:
         if fresh is not None and len(fresh.ids):
             _add(index, fresh.ids, fresh.matrix)
 
+    def unsave(self) -> None:
+        """Delete the saved graph and save this one no more (it holds removed vectors' bytes)."""
+        with self._lock:
+            path, self.path = self.path, None
+        for file in (path, path.with_suffix(".json")) if path is not None else ():
+            file.unlink(missing_ok=True)
+
     def nearest(self, query: np.ndarray, count: int) -> np.ndarray | None:
         """Unit ids of about the `count` nearest vectors (None until the graph is ready)."""
         with self._lock:
@@ -140,10 +147,11 @@ class ProjectAnn:
         return index
 
     def _save(self, index: Index, key: Key) -> None:
-        if self.path is None:
+        path = self.path  # once: `unsave` may clear it meanwhile
+        if path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.tmp")  # another process may save too
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")  # another process may save too
         index.save(str(tmp))
-        os.replace(tmp, self.path)
-        self._stamp_path().write_text(json.dumps({"key": list(key), "vectors": len(index)}))
+        os.replace(tmp, path)
+        path.with_suffix(".json").write_text(json.dumps({"key": list(key), "vectors": len(index)}))

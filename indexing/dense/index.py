@@ -177,11 +177,25 @@ class DenseIndex:
         ann = self._start_graph(project, key, segments) if large else None
         return DenseSnapshot(project, key, segments, self.embedder.dim, ann)
 
+    def _graph_path(self, project: str) -> Path | None:
+        name = hashlib.sha256(f"{project}\0{self.embedder.identity}".encode()).hexdigest()[:24] + ".usearch"
+        return self._graphs / name if self._graphs else None
+
+    def purge(self, project: str) -> None:
+        """After units are forgotten: a saved graph keeps a removed vector's bytes (usearch only
+        marks it), so the project's saved graph is deleted and this process's is not saved again;
+        the next process to load the project builds it from the stored vectors."""
+        held = self._snapshots.held(project)
+        if held is not None and held.ann is not None:
+            held.ann.unsave()
+        elif (path := self._graph_path(project)) is not None:
+            for file in (path, path.with_suffix(".json")):
+                file.unlink(missing_ok=True)
+
     def _start_graph(self, project: str, key: tuple[int, int], segments: Segments[Vectors]) -> ProjectAnn:
         """A graph for the snapshot at `key`, built (or loaded) in the background; the exact
         product answers until it is ready."""
-        name = hashlib.sha256(f"{project}\0{self.embedder.identity}".encode()).hexdigest()[:24] + ".usearch"
-        ann = ProjectAnn(project, self.embedder.dim, self._graphs / name if self._graphs else None)
+        ann = ProjectAnn(project, self.embedder.dim, self._graph_path(project))
         threading.Thread(target=ann.build, args=(key, segments.parts, segments.dead,
                                                  lambda since: self.vectors.changes_since(project, since)),
                          name=f"agentmemrec-ann-{project}", daemon=True).start()
@@ -266,3 +280,6 @@ class DenseChannel:
     def score_units(self, project: str, query: str, ids: list[int]) -> dict[int, float]:
         """Cosine similarity of given units (absent for a unit not embedded yet)."""
         return self.index.snapshot(project).lookup(self.query_vector(project, query), ids)
+
+    def purge(self, project: str) -> None:
+        self.index.purge(project)

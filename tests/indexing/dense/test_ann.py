@@ -102,3 +102,25 @@ def test_a_project_that_grows_past_the_threshold_gets_its_graph_without_a_reload
     assert index.snapshot("p").search(query, 1)[0].unit_id == written.ids[0]
     assert graph.nearest(query, 1)[0] == written.ids[0]
     store.close()
+
+
+def test_a_purge_leaves_no_saved_graph_holding_a_forgotten_vector(tmp_path):
+    store, embedder = DuckDBStore(tmp_path / "m.duckdb"), WordVectors()
+    _fill(store, embedder, 1_200)
+    [written] = store.write("p", validate_batch([{"kind": "note", "path": "slip.md", "text": "zebra quartz lantern"}]))
+    embed_pending(store.vectors(embedder.identity), embedder)
+    index = DenseIndex(store, embedder, ann_min_units=1_000)
+    graph = _ready(index)
+    stored = graph._index.get(written.ids[0], dtype=np.int8).tobytes()  # the vector as the graph keeps it
+    saved = list((tmp_path / "index" / "dense").glob("*"))
+    assert saved and any(stored in f.read_bytes() for f in saved)
+    store.forget("p", ["slip.md"])
+    index.snapshot("p")  # the graph follows: the vector is removed, which usearch only marks
+    index.purge("p")
+    assert all(stored not in f.read_bytes() for f in (tmp_path / "index" / "dense").glob("*"))
+    query = embedder.embed(["zebra quartz lantern"])[0]
+    assert written.ids[0] not in {h.unit_id for h in index.snapshot("p").search(query, 50)}
+    restarted = DenseIndex(store, embedder, ann_min_units=1_000)
+    assert _ready(restarted).source == "built"  # from the stored vectors, without the forgotten one
+    assert all(stored not in f.read_bytes() for f in (tmp_path / "index" / "dense").glob("*"))
+    store.close()
