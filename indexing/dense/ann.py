@@ -112,8 +112,8 @@ class ProjectAnn:
         """Delete the saved graph and save this one no more (it holds removed vectors' bytes)."""
         with self._lock:
             path, self.path = self.path, None
-        for file in (path, path.with_suffix(".json")) if path is not None else ():
-            file.unlink(missing_ok=True)
+        if path is not None:
+            delete_saved(path)
 
     def nearest(self, query: np.ndarray, count: int) -> np.ndarray | None:
         """Unit ids of about the `count` nearest vectors (None until the graph is ready)."""
@@ -124,14 +124,11 @@ class ProjectAnn:
 
     # ---- on disk: the graph and the key it holds ------------------------------------------------
 
-    def _stamp_path(self) -> Path:
-        return self.path.with_suffix(".json")
-
     def _load(self, catch_up: Callable[[Key], tuple[Key, np.ndarray, Vectors | None] | None]) -> Index | None:
-        if self.path is None or not self.path.exists() or not self._stamp_path().exists():
+        if self.path is None or not self.path.exists() or not _stamp(self.path).exists():
             return None
         try:
-            stamp = json.loads(self._stamp_path().read_text())
+            stamp = json.loads(_stamp(self.path).read_text())
             found = catch_up(tuple(stamp["key"]))
             if found is None:
                 return None  # the logs no longer reach back to the saved graph
@@ -154,4 +151,15 @@ class ProjectAnn:
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")  # another process may save too
         index.save(str(tmp))
         os.replace(tmp, path)
-        path.with_suffix(".json").write_text(json.dumps({"key": list(key), "vectors": len(index)}))
+        _stamp(path).write_text(json.dumps({"key": list(key), "vectors": len(index)}))
+
+
+def _stamp(path: Path) -> Path:
+    """Where a saved graph's key (the vector generation it holds) is written."""
+    return path.with_suffix(".json")
+
+
+def delete_saved(path: Path) -> None:
+    """A saved graph and its stamp, deleted."""
+    for file in (path, _stamp(path)):
+        file.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from typing import Iterable, NamedTuple, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from agentmemrec.indexing.dense.ann import ANN_MIN_UNITS, ProjectAnn
+from agentmemrec.indexing.dense.ann import ANN_MIN_UNITS, ProjectAnn, delete_saved
 from agentmemrec.indexing.dense.embedder import Embedder
 from agentmemrec.indexing.segments import INDEX_MEMORY, Segments, SnapshotCache, keep_rows
 from agentmemrec.indexing.store.protocol import Store, Vectors
@@ -189,8 +189,7 @@ class DenseIndex:
         if held is not None and held.ann is not None:
             held.ann.unsave()
         elif (path := self._graph_path(project)) is not None:
-            for file in (path, path.with_suffix(".json")):
-                file.unlink(missing_ok=True)
+            delete_saved(path)
 
     def _start_graph(self, project: str, key: tuple[int, int], segments: Segments[Vectors]) -> ProjectAnn:
         """A graph for the snapshot at `key`, built (or loaded) in the background; the exact

@@ -152,7 +152,8 @@ class LexicalSnapshot:
         """This snapshot with a new vocabulary in which each term that only dead rows hold (a
         forgotten or rewritten unit's) is replaced by a name no text tokenizes to, keeping its id
         (the parts' columns are by id): a saved vocabulary then no longer holds the words of
-        units the store no longer has. Scores do not change (dead rows never score)."""
+        units the store no longer has. Scores do not change (dead rows never score). The snapshot
+        itself when no such term is left."""
         alive = np.zeros(len(self.vocab), dtype=bool)
         for part, dead in zip(self.segments.parts, self.segments.dead):
             if dead is None:  # every row live: a term with a posting is alive
@@ -160,8 +161,9 @@ class LexicalSnapshot:
             else:  # live postings per term, from a running count
                 live = np.concatenate([[0], np.cumsum(~dead[part.docs], dtype=np.int64)])
                 alive[:len(part.indptr) - 1] |= live[part.indptr[1:]] > live[part.indptr[:-1]]
-        vocab = {term if alive[i] else f"\x00{i}": i for term, i in self.vocab.items()}
-        return replace(self, vocab=vocab)
+        if all(alive[i] or term.startswith("\x00") for term, i in self.vocab.items()):
+            return self  # no word to take out
+        return replace(self, vocab={term if alive[i] else f"\x00{i}": i for term, i in self.vocab.items()})
 
     def advanced(self, changes: Changes) -> "LexicalSnapshot":
         """This snapshot with the changed units' old rows dead and their current rows added."""
@@ -220,8 +222,10 @@ class LexicalIndex:
         do where nothing is saved."""
         if self.root is None or not (self.root / project / "CURRENT").exists():
             return
-        pruned = self.snapshot(project).without_dead_terms()
-        self._snapshots.replace(project, lambda: (self._persist(pruned), pruned)[1])
+        current = self.snapshot(project)
+        pruned = current.without_dead_terms()
+        if pruned is not current:  # else the saved vocabulary holds no dead word either (it is a prefix)
+            self._snapshots.replace(project, lambda: (self._persist(pruned), pruned)[1])
 
     def rebuild(self, project: str) -> LexicalSnapshot:
         """From every row, a chunk of rows per part (memory stays bounded)."""
