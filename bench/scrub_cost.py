@@ -1,7 +1,7 @@
 """What removing text costs once the BM25 index is saved: a `forget` (the store's delete and the
 vocabulary saved again without the forgotten words, `LexicalIndex.purge`), against building the
 index again; and `redact` over a store written without redaction, one unit in a thousand holding
-a password (a dry run, then the rewrite).
+a password (a dry run, then the rewrite), window by window as `agentmemrec redact` walks it.
 
     python bench/scrub_cost.py --sizes 10000 100000 --json bench/results/scrub-cost.json
 """
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import percentiles, timed, write_result  # noqa: E402
 
 from agentmemrec.ranking.memory import Memory  # noqa: E402
-from agentmemrec.ranking.scrub import redact_stored  # noqa: E402
+from agentmemrec.ranking.scrub import REDACT_SPAN, redact_in_windows, redact_stored  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(20_000)]
 
@@ -39,15 +39,19 @@ def measure(units: int, forgets: int) -> dict:
             forget = [timed(lambda k=k: memory.forget("p", [f"t{k * 7 + 1}"])) for k in range(forgets)]
             index = memory.channels[0].index
             rebuild = [timed(lambda: index.rebuild("p")) for _ in range(3)]
-            dry_run = timed(lambda: redact_stored(memory, "p", dry_run=True))
+            def walk(dry: bool) -> dict:
+                return redact_in_windows(lambda after: redact_stored(memory, "p", dry, after, REDACT_SPAN),
+                                         lambda n: None)
+
+            dry_run = timed(lambda: walk(True))
             reports: list[dict] = []
-            redact = timed(lambda: reports.append(redact_stored(memory, "p")))
+            redact = timed(lambda: reports.append(walk(False)))
             left = redact_stored(memory, "p", dry_run=True)["units"]
         finally:
             memory.close()
     return {"units": units, "forget": percentiles(forget), "rebuild": percentiles(rebuild),
             "redact_dry_run_s": round(dry_run, 2), "redact_s": round(redact, 2),
-            "units_redacted": len(reports[0]["units"]), "left_after": len(left)}
+            "redact_span": REDACT_SPAN, "units_redacted": len(reports[0]["units"]), "left_after": len(left)}
 
 
 def main() -> None:

@@ -48,17 +48,17 @@ def changes_since(cur: Cursor, project: str, generation: int,
 
 
 def scan_units(cur: Cursor, project: str, on_chunk: Callable[[list[Unit]], None],
-               chunk: int | None = None) -> int:
-    """Every unit of a project in id order, about `chunk` rows at a time (memory stays bounded),
-    read by windows of ids so each query touches a bounded slice of the table; returns the
-    generation they belong to."""
+               chunk: int | None = None, ids: tuple[int, int] | None = None) -> int:
+    """Every unit of a project in id order (those with ids from `ids[0]` to `ids[1]`, if given),
+    about `chunk` rows at a time (memory stays bounded), read by windows of ids so each query
+    touches a bounded slice of the table; returns the generation they belong to."""
     chunk = chunk or SCAN_CHUNK
     generation, _ = generation_and_log(cur, project)
-    lo, hi = cur.execute("SELECT min(id), max(id) FROM units WHERE project = ?", [project]).fetchone()
+    lo, hi = ids or cur.execute("SELECT min(id), max(id) FROM units WHERE project = ?", [project]).fetchone()
     buffer: list[Unit] = []
     for start in range(lo or 0, (hi or -1) + 1, chunk):
         rows = cur.execute(f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND id BETWEEN ? AND ? "
-                           "ORDER BY id", [project, start, start + chunk - 1]).fetchall()
+                           "ORDER BY id", [project, start, min(start + chunk - 1, hi)]).fetchall()
         buffer.extend(row_to_unit(r) for r in rows)
         if len(buffer) >= chunk:
             on_chunk(buffer)

@@ -157,18 +157,19 @@ class SqlStore(ABC):
             self._bump(cur, project, ids)
         return sorted(ids)
 
-    def rewrite(self, project: str, change: Callable[[Unit], Mapping[str, str]],
-                dry_run: bool = False) -> list[tuple[Unit, dict[str, str]]]:
-        """Rewrite a project's units in place, in one transaction: `change(unit)` gives new values
-        of some of its text fields (`text`, `title`, `speaker`, `session`, `heading`), or none.
-        A changed unit keeps its id and ref and is embedded again; it and the other chunks of its
-        item get a new content hash, made from the new text (an item without a ref is keyed by
-        it), so no hash of the old text is kept. Returns the changed units with their new values;
-        `dry_run` writes nothing."""
+    def rewrite(self, project: str, change: Callable[[Unit], Mapping[str, str]], dry_run: bool = False,
+                ids: tuple[int, int] | None = None) -> list[tuple[Unit, dict[str, str]]]:
+        """Rewrite a project's units in place (those with ids from `ids[0]` to `ids[1]`, if
+        given), in one transaction: `change(unit)` gives new values of some of its text fields
+        (`text`, `title`, `speaker`, `session`, `heading`), or none. A changed unit keeps its id
+        and ref and is embedded again; it and the other chunks of its item get a new content hash,
+        made from the new text (an item without a ref is keyed by it), so no hash of the old text
+        is kept. Returns the changed units with their new values; `dry_run` writes nothing."""
         check_project(project)
         changed: list[tuple[Unit, dict[str, str]]] = []
         with self.reading() if dry_run else self.transaction(project) as cur:
-            scan_units(cur, project, lambda units: changed.extend((u, dict(new)) for u in units if (new := change(u))))
+            scan_units(cur, project, lambda units: changed.extend((u, dict(new)) for u in units if (new := change(u))),
+                       ids=ids)
             if changed and not dry_run:
                 self._bump(cur, project, rewrite_units(cur, project, changed))
                 drop_vectors(cur, [u.id for u, _ in changed])
@@ -313,6 +314,13 @@ class SqlStore(ABC):
 
     def count_units(self, project: str) -> int:
         return int(self.fetch_one("SELECT count(*) FROM units WHERE project = ?", [project])[0])
+
+    def id_window(self, project: str, after: int, count: int) -> tuple[int, int] | None:
+        """The first and last ids of the project's next `count` units after id `after` (fewer
+        where fewer are left); None when none is."""
+        first, last = self.fetch_one("SELECT min(id), max(id) FROM (SELECT id FROM units WHERE project = ? "
+                                     "AND id > ? ORDER BY id LIMIT ?) AS next_units", [project, after, count])
+        return None if first is None else (int(first), int(last))
 
     def sources(self, project: str, ref_prefixes: tuple[str, ...], path_prefix: str = "") -> list[SourceRow]:
         """Every item whose ref starts with one of `ref_prefixes` and whose path lies under

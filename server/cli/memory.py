@@ -205,9 +205,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
+    from agentmemrec.indexing.units import parse_time  # noqa: PLC0415
     from agentmemrec.ranking.memory import check_budget, check_query  # noqa: PLC0415
     from agentmemrec.server.app import slate_result  # noqa: PLC0415
-    from agentmemrec.indexing.units import parse_time  # noqa: PLC0415
     # refused before the store is opened or made, naming the flags
     check_query(args.query), check_budget(args.budget, "--budget"), parse_time(args.as_of, "--as-of")
     settings = Settings.load(args.project, store=args.store)
@@ -263,7 +263,8 @@ def cmd_redact(args: argparse.Namespace) -> int:
     try:
         stored = memory.projects()
         projects = sorted(stored) if args.all_projects else [settings.project]
-        reports = [memory.call("redact_stored", project, args.dry_run) for project in projects if project in stored]
+        reports = [redact_project(memory, project, args.dry_run, stored[project]) for project in projects
+                   if project in stored]
     finally:
         memory.close()
     if not args.all_projects and settings.project not in stored:
@@ -281,6 +282,16 @@ def cmd_redact(args: argparse.Namespace) -> int:
     if args.all_projects and not reports:
         emit("-- no project yet; nothing to redact")
     return 0
+
+
+def redact_project(memory: Any, project: str, dry_run: bool, units: int) -> dict[str, Any]:
+    """`redact_stored` window after window (through the owner), with a progress bar."""
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from agentmemrec.ranking.scrub import REDACT_SPAN, redact_in_windows  # noqa: PLC0415
+    with tqdm(total=units, desc=f"redact {project}", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
+        return redact_in_windows(lambda after: memory.call("redact_stored", project, dry_run, after, REDACT_SPAN),
+                                 bar.update)
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:

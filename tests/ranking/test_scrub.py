@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentmemrec.ranking.memory import Memory
-from agentmemrec.ranking.scrub import redact_stored
+from agentmemrec.ranking.scrub import redact_in_windows, redact_stored
 
 from helpers import BOTH
 
@@ -38,4 +38,27 @@ def test_redacting_what_is_stored_rewrites_it_in_place_and_a_repeated_write_find
     # written again, redacted this time, the items are found stored: nothing is added or rewritten
     assert [r.outcome for r in memory.remember("p", items, redact=True)] == ["unchanged"] * 4
     assert memory.store.count_units("p") == 5
+    memory.close()
+
+
+@BOTH
+def test_redacting_window_by_window_reads_each_unit_once_and_matches_one_pass(home, store_url):
+    memory = Memory.open(home, store_url=store_url, redact=False)
+    for n in range(7):  # another project's units between: a project's ids are not consecutive
+        memory.remember("p", [{"kind": "turn", "session": "s", "text": f"step {n}: redis-cli -a Zq81hhs7Y{n} ping"},
+                              {"kind": "turn", "session": "s", "text": f"step {n} left nothing secret"}])
+        memory.remember("other", [{"kind": "turn", "text": f"redis-cli -a Kq81hhs7Y{n} ping"}])
+    asked = memory.recall("p", "why does redis-cli -a Zq81hhs7Y0 ping fail").slate_id
+    parts: list[dict] = []
+    report = redact_in_windows(lambda after: parts.append(redact_stored(memory, "p", after=after, span=4)) or parts[-1],
+                               lambda n: None)
+    assert [p["read"] for p in parts] == [4, 4, 4, 2, 0]  # 14 units, then the call that finds none left
+    assert [p["queries"] for p in parts] == [0, 0, 0, 0, 1]  # the saved queries, by the last call
+    assert report["read"] == 14 and report["redacted"] == {"command-password": 7} and report["queries"] == 1
+    assert sorted(u["id"] for u in report["units"]) == sorted(u["id"] for p in parts for u in p["units"])
+    assert len(report["units"]) == 7
+    assert "Zq81hhs7Y0" not in memory.explain(asked, {"p"})["query"]
+    assert not memory.recall("p", "Zq81hhs7Y3").items
+    assert memory.recall("other", "Kq81hhs7Y3").items  # another project's units are not read
+    assert redact_stored(memory, "p", dry_run=True)["units"] == []  # one pass finds none left
     memory.close()

@@ -79,7 +79,9 @@ def test_redact_scrubs_what_was_stored_before_and_leaves_no_secret_in_the_saved_
     assert capsys.readouterr().out.startswith("project shop: would redact 1 secrets: command-password 1 in 1 units: #")
     assert saved_with_the_secret()
     assert main(["redact", "--all-projects"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out, err = capsys.readouterr()
+    out = out.splitlines()
+    assert "redact ops: 100%" in err and "redact shop: 100%" in err and "2/2 [" in err  # a progress bar each
     assert [line.split(":")[0] for line in out] == ["project ops", "project shop"]
     assert all("redacted 1 secrets: command-password 1 in 1 units: #" in line and "(t1)" in line for line in out)
     assert saved_with_the_secret() == []
