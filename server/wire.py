@@ -42,6 +42,10 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} cannot cross the owner socket")
 
 
+SKEW = ("the process asking and the one owning the store may run different agentmemrec versions: restart "
+        "the older one (a client restarts its MCP server; `agentmemrec owner` exits when idle)")
+
+
 def request(line: bytes, ops: Mapping[str, Callable[..., Any]],
             caller_fields: Collection[str]) -> tuple[str, list[Any], dict[str, Any] | None]:
     """A request line's op, args and caller, or an `InputError` for one that no owner could run,
@@ -54,8 +58,7 @@ def request(line: bytes, ops: Mapping[str, Callable[..., Any]],
         raise InputError(f"a request is a JSON object, not {type(message).__name__}")
     op, args, caller = message.get("op"), message.get("args"), message.get("caller")
     if not isinstance(op, str) or op not in ops:
-        raise InputError(f"unknown operation {_cut(repr(op))}: is the process asking from another "
-                         f"agentmemrec version? This one answers {', '.join(sorted(ops))}")
+        raise InputError(f"unknown operation {_cut(repr(op))}: {SKEW}")
     if not isinstance(args, list):
         raise InputError(f"a request's 'args' is a JSON array, not {type(args).__name__}")
     if caller is not None and not (isinstance(caller, dict) and set(caller) <= set(caller_fields)):
@@ -63,7 +66,7 @@ def request(line: bytes, ops: Mapping[str, Callable[..., Any]],
     try:
         inspect.signature(ops[op]).bind(*args)
     except TypeError as exc:
-        raise InputError(f"{op} takes other arguments than it was sent: {_cut(str(exc))}") from None
+        raise InputError(f"{op} takes other arguments than it was sent ({_cut(str(exc))}): {SKEW}") from None
     return op, args, caller
 
 
