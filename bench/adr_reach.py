@@ -44,7 +44,7 @@ from agentmemrec.ranking import ranker as ranker_module
 from agentmemrec.ranking import slate as slate_module
 from agentmemrec.ranking.digest import NO_LINKS, digest, in_force, preamble
 from agentmemrec.ranking.records import blocks
-from agentmemrec.ranking.slate import render_item
+from agentmemrec.ranking.render import render_item
 from agentmemrec.server.owner import shared_memory
 from agentmemrec.server.settings import Settings
 from agentmemrec.server.sources import run_watch

@@ -18,8 +18,8 @@ from typing import Sequence
 
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.slate import (SlateInputs, day, excerpt, one_line, piece_tokens, quoted, quoted_if_bracketed,
-                                       render_item, shown_ref)
+from agentmemrec.ranking.render import SlateInputs, day, label, one_line, quoted_if_bracketed, render_item
+from agentmemrec.ranking.slate import excerpt, piece_tokens
 
 NO_LINKS = SlateInputs({}, {})  # a decision in force has no successor to show
 REPLACED_HEADER = "## replaced (no longer in force)"
@@ -53,10 +53,8 @@ def preamble(project: str) -> str:
 
 
 def replaced_line(unit: Unit) -> str:
-    shown = shown_ref(unit)
-    label = f"[#{unit.id}" + (f" {quoted(shown)}" if shown else "") + "]"
     what = f"replaced by #{unit.superseded_by}" if unit.superseded_by is not None else "superseded"
-    return f"{label} decision {what} ({day(unit.at)}): {quoted_if_bracketed(short_title(unit))}"
+    return f"{label(unit)} decision {what} ({day(unit.at)}): {quoted_if_bracketed(short_title(unit))}"
 
 
 def short_title(unit: Unit) -> str:

@@ -21,7 +21,8 @@ from agentmemrec.indexing.store.protocol import Store
 from agentmemrec.indexing.units import Unit, check_names, parse_time
 from agentmemrec.ranking.features import FEATURE_NAMES
 from agentmemrec.ranking.ranker import ScoredCandidate
-from agentmemrec.ranking.slate import HEADER_RESERVE, Outcome, Slate, SlateInputs, display_status, item_tokens
+from agentmemrec.ranking.render import SlateInputs, display_status
+from agentmemrec.ranking.slate import HEADER_RESERVE, Outcome, Slate, item_tokens
 
 if TYPE_CHECKING:
     from agentmemrec.ranking.memory import Memory

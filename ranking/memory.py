@@ -31,7 +31,8 @@ from agentmemrec.ranking.explanation import explain, pack_pool
 from agentmemrec.ranking.features import warm_text_features
 from agentmemrec.ranking.loading import open_models, without_served
 from agentmemrec.ranking.ranker import PoolOrderRanker, Ranker, RankingContext, ScoredCandidate
-from agentmemrec.ranking.slate import SESSION_PULL, Slate, SlateInputs, build_slate, warm_item_tokens
+from agentmemrec.ranking.render import SlateInputs
+from agentmemrec.ranking.slate import SESSION_PULL, Slate, build_slate, warm_item_tokens
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

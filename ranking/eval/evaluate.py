@@ -33,13 +33,13 @@ from agentmemrec.indexing.store.embedding_cache import EmbeddingCache
 from agentmemrec.ranking.candidates import DEFAULT_POOL
 from agentmemrec.ranking.cross_encoder import DEFAULT_LIMIT, CachedReranker, OnnxReranker, Reranker
 from agentmemrec.ranking.eval.benchmarks import Case, Question, read_cases
-from agentmemrec.ranking.eval.metrics import Outcome, by_category, summarize
+from agentmemrec.ranking.eval.metrics import Outcome, by_category, slate_violations, summarize
 from agentmemrec.ranking.eval.options import VARIANT_NAMES
 from agentmemrec.ranking.learned import LearnedRanker, RankerModel, choose_ranker
 from agentmemrec.ranking.loading import load_embedder
 from agentmemrec.ranking.memory import Memory, RecallConfig, Selection, build
 from agentmemrec.ranking.ranker import CrossEncoderRanker, Ranker
-from agentmemrec.ranking.slate import ASKS_DECISIONS_RE, SESSION_PULL, Slate, SlateInputs, unmatched
+from agentmemrec.ranking.slate import ASKS_DECISIONS_RE, SESSION_PULL, unmatched
 
 log = logging.getLogger(__name__)
 FEATURES_VARIANT = "features"
@@ -327,28 +327,6 @@ def record_selection(run: VariantRun, case_id: str, q: Question, selection: Sele
         per_question.append(record)
     if run.twin is not None:
         record_selection(run.twin, case_id, q, selection, select_ms, budgets, None)
-
-
-STATUS_MARKS = {"proposed": "(proposed, not confirmed,", "rejected": "(REJECTED,"}
-
-
-def slate_violations(slate: Slate, project: str, inputs: SlateInputs) -> tuple[int, int, int]:
-    """What a slate must never do, counted from what a client receives (its items and rendered
-    context): (units of another project, proposed or rejected decisions whose rendered line does
-    not say so, superseded decisions shown without their successor)."""
-    leaked = sum(it.unit.project != project for it in slate.items)
-    lines = {line.split("]", 1)[0].split()[0][2:]: line for line in slate.context.splitlines()
-             if line.startswith("[#")}
-    ids = {it.unit.id for it in slate.items}
-    misshown = orphaned = 0
-    for it in slate.items:
-        line = lines.get(str(it.unit.id), "")
-        if it.status in STATUS_MARKS and STATUS_MARKS[it.status] not in line:
-            misshown += 1
-        if it.status == "superseded":
-            chain = inputs.successors.get(it.unit.id, ())
-            orphaned += not chain or chain[0].id not in ids or f"SUPERSEDED by #{chain[0].id}" not in line
-    return leaked, misshown, orphaned
 
 
 def records(dataset: str, runs: list[VariantRun], cost: dict[str, float]) -> list[dict[str, Any]]:

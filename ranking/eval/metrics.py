@@ -21,6 +21,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from agentmemrec.ranking.render import SlateInputs
+from agentmemrec.ranking.slate import Slate
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -139,3 +142,25 @@ def by_category(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     for o in outcomes:
         groups[o.category].append(o)
     return {cat: summarize(group) for cat, group in sorted(groups.items())}
+
+
+STATUS_MARKS = {"proposed": "(proposed, not confirmed,", "rejected": "(REJECTED,"}
+
+
+def slate_violations(slate: Slate, project: str, inputs: SlateInputs) -> tuple[int, int, int]:
+    """What a slate must never do, counted from what a client receives (its items and rendered
+    context): (units of another project, proposed or rejected decisions whose rendered line does
+    not say so, superseded decisions shown without their successor)."""
+    leaked = sum(it.unit.project != project for it in slate.items)
+    lines = {line.split("]", 1)[0].split()[0][2:]: line for line in slate.context.splitlines()
+             if line.startswith("[#")}
+    ids = {it.unit.id for it in slate.items}
+    misshown = orphaned = 0
+    for it in slate.items:
+        line = lines.get(str(it.unit.id), "")
+        if it.status in STATUS_MARKS and STATUS_MARKS[it.status] not in line:
+            misshown += 1
+        if it.status == "superseded":
+            chain = inputs.successors.get(it.unit.id, ())
+            orphaned += not chain or chain[0].id not in ids or f"SUPERSEDED by #{chain[0].id}" not in line
+    return leaked, misshown, orphaned

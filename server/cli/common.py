@@ -179,7 +179,8 @@ class EmptyMemory:
 
     def recall(self, project: str, query: str, budget: int = 2700, as_of: str | None = None) -> Any:
         from agentmemrec.ranking.memory import EMPTY_PROJECT_NOTE, new_slate_id  # noqa: PLC0415
-        from agentmemrec.ranking.slate import SlateInputs, build_slate  # noqa: PLC0415
+        from agentmemrec.ranking.render import SlateInputs  # noqa: PLC0415
+        from agentmemrec.ranking.slate import build_slate  # noqa: PLC0415
         slate = build_slate(new_slate_id(), project, [], budget, SlateInputs({}, {}), 0.0, query)  # 0: nothing matched
         return replace(slate, notes=(EMPTY_PROJECT_NOTE.format(project),))
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from agentmemrec.indexing.lru import SizedLRU, memo_bytes, text_size
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking import features, slate
-from agentmemrec.ranking.slate import SlateInputs
+from agentmemrec.ranking.render import SlateInputs
 
 
 def big(i: int) -> str:

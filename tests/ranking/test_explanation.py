@@ -8,7 +8,8 @@ import pytest
 from exact_fixture import AS_OF, POOL, QUERIES, open_memory
 
 from agentmemrec.ranking.explanation import unpack
-from agentmemrec.ranking.slate import HEADER_RESERVE, display_status, item_tokens
+from agentmemrec.ranking.render import display_status
+from agentmemrec.ranking.slate import HEADER_RESERVE, item_tokens
 
 
 @pytest.fixture(scope="module")

@@ -11,22 +11,18 @@ from hypothesis import strategies as st
 from agentmemrec.indexing.tokens import count_tokens
 from agentmemrec.indexing.units import Unit
 from agentmemrec.ranking.candidates import Candidate, ChannelHit
-from agentmemrec.ranking.ranker import ScoredCandidate
 from agentmemrec.ranking.digest import digest
+from agentmemrec.ranking.ranker import ScoredCandidate
+from agentmemrec.ranking.render import SlateInputs, header, render, render_item, section
 from agentmemrec.ranking.slate import (
     HEADER_RESERVE,
     MIN_EXCERPT,
     SESSION_PULL,
     SLATE_SHARE,
-    SlateInputs,
     build_slate,
     duplicate_key,
     excerpt,
-    header,
     item_tokens,
-    render,
-    render_item,
-    section,
 )
 
 T0 = datetime(2026, 1, 1)

@@ -9,9 +9,9 @@ from datetime import datetime
 import pytest
 
 from agentmemrec.indexing.units import Unit
-from agentmemrec.ranking.eval.evaluate import slate_violations
-from agentmemrec.ranking.eval.metrics import Outcome, auroc, summarize
-from agentmemrec.ranking.slate import Slate, SlateInputs, SlateItem
+from agentmemrec.ranking.eval.metrics import Outcome, auroc, slate_violations, summarize
+from agentmemrec.ranking.render import SlateInputs
+from agentmemrec.ranking.slate import Slate, SlateItem
 from agentmemrec.server.cli import main
 
 from helpers import write_coding
