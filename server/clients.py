@@ -42,7 +42,7 @@ CLIENTS: tuple[str, ...] = ("claude-code", "cursor", "claude-desktop")
 NAME = "agentmemrec"  # the server's name in every client's configuration
 RECORD = "setups.json"  # in the home: repository folder -> client -> project, for `project_elsewhere`
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit")
-HOOK_TIMEOUT_S = 5  # Claude Code's own limit, behind the hook's 2 s deadline
+HOOK_TIMEOUT_S = 5  # Claude Code's own limit, behind the hook's deadlines (2 s, a SessionStart's 4 s)
 RESTART = {"claude-code": "start a new Claude Code session in the repository",
            "cursor": "reload the Cursor window (or enable agentmemrec under Settings > MCP)",
            "claude-desktop": "quit and restart Claude Desktop"}

@@ -7,9 +7,12 @@ never break a prompt:
 - it imports only the standard library (tests run it and look at `sys.modules`) and asks the
   process that owns the store, which has the models and indexes loaded, over its socket;
 - past `--deadline` seconds, on any error, and when no owner runs (it then starts one, detached,
-  for the next prompt, logging to `HOME/owner.log`) it prints nothing and exits 0; every event
-  leaves one line in `HOME/hook.log`, naming the event once read (what was added, or why
-  nothing: never the prompt's text), never on stdout;
+  logging to `HOME/owner.log`) it prints nothing and exits 0; every event leaves one line in
+  `HOME/hook.log`, naming the event once read (what was added, or why nothing: never the prompt's
+  text), never on stdout;
+- a `SessionStart`, once a session, has `--start-deadline` seconds instead and waits for an owner
+  that is starting (one it started, or another process did), so that a session started when no
+  process had the store open (the first of the day) still gets its decisions in force;
 - stdout carries the hook JSON and nothing else.
 """
 
@@ -33,6 +36,8 @@ MAX_HOOK_BUDGET = 2000  # 8,000 to 12,000 characters, by the text (hook_context.
 MAX_CONTEXT_CHARS = 10_000  # Claude Code passes on this much whole; longer, a preview and a file path
 MAX_EVENT_BYTES = 1 << 20
 DEADLINE_S = 2.0
+START_DEADLINE_S = 4.0  # a SessionStart's: time for an owner to open the store and load its models
+POLL_S = 0.1  # how often a SessionStart asks again while an owner starts
 OWNER_IDLE_EXIT_S = 3600  # an owner the hook started leaves after an hour without a call
 STARTING_S = 60  # an owner started this recently may still be opening the store: do not start another
 LOG_BYTES = 1 << 20  # hook.log is rotated to hook.log.1 past this, owner.log (the owner's --log-file) too
@@ -52,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"tokens of the decisions digest added at session start (default {DIGEST_BUDGET})")
     p.add_argument("--deadline", type=_seconds, default=DEADLINE_S,
                    help=f"seconds after which the hook gives up and adds nothing (default {DEADLINE_S})")
+    p.add_argument("--start-deadline", type=_seconds, default=START_DEADLINE_S,
+                   help="the same for a SessionStart, which waits for an owner that is starting (default "
+                        f"{START_DEADLINE_S}; below the client's hook timeout)")
 
 
 def _budget(text: str) -> int:
@@ -110,15 +118,18 @@ def run(args: argparse.Namespace) -> int:
     def line(why: str) -> str:
         return f"{name}: {why}" if name else why
 
-    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, line(f"no answer within {args.deadline} s")))
-    signal.setitimer(signal.ITIMER_REAL, args.deadline)
+    limit = max(args.deadline, args.start_deadline)  # until the event says which it is
+    signal.signal(signal.SIGALRM, lambda *_: _give_up(home, line(f"no answer within {limit} s")))
+    signal.setitimer(signal.ITIMER_REAL, limit)
     started = time.monotonic()
     try:
         event = json.loads(sys.stdin.buffer.read(MAX_EVENT_BYTES) or b"null")
         name = event_name(event)
-        out = respond(args, home, event, started)
+        limit = args.start_deadline if name == "SessionStart" else args.deadline
+        signal.setitimer(signal.ITIMER_REAL, max(limit - (time.monotonic() - started), 0.001))
+        out = respond(args, home, event, started + limit)
     except TimeoutError:  # the socket's own timeout, at the same deadline as the alarm
-        log(home, line(f"no answer within {args.deadline} s"))
+        log(home, line(f"no answer within {limit} s"))
         out = ""
     except Exception as exc:  # noqa: BLE001 - nothing may reach the prompt but the hook JSON
         log(home, line(f"{type(exc).__name__}: {exc}"))
@@ -140,9 +151,9 @@ def event_name(event: Any) -> str | None:
     return name if name in EVENTS else None
 
 
-def respond(args: argparse.Namespace, home: Path, event: Any, started: float) -> str:
-    """The hook JSON for one event (parsed JSON), or "" for none; either way one line in hook.log
-    says what was done and why (the prompt's text is never logged)."""
+def respond(args: argparse.Namespace, home: Path, event: Any, deadline: float) -> str:
+    """The hook JSON for one event (parsed JSON), or "" for none, by `deadline` (monotonic); either
+    way one line in hook.log says what was done and why (the prompt's text is never logged)."""
     name = event_name(event)
     if name is None:
         what = (f"event {ascii(event.get('hook_event_name'))[:80]}" if isinstance(event, dict)
@@ -152,11 +163,17 @@ def respond(args: argparse.Namespace, home: Path, event: Any, started: float) ->
     options = {"project": args.project, "budget": args.budget, "digest_budget": args.digest_budget,
                "project_map": str(args.project_map.expanduser().resolve()) if args.project_map else None}
     fields = {k: event[k] for k in EVENT_FIELDS if isinstance(event.get(k), str)}
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.01)
+
     try:
-        reply = ask(home, "hook", [fields, options], max(args.deadline - (time.monotonic() - started), 0.01))
+        reply = ask(home, "hook", [fields, options], left())
     except NoOwner:
-        log(home, f"{name}: nothing added ({start_owner(home)})")
-        return ""
+        why = start_owner(home)
+        reply = wait_for_owner(home, fields, options, deadline) if name == "SessionStart" else None
+        if reply is None:
+            log(home, f"{name}: nothing added ({why})")
+            return ""
     context = reply.get("context") or ""
     where = f"{name} in project {reply.get('project')}"
     if not context:  # the reason, for whoever wonders why a prompt got no memory
@@ -164,6 +181,17 @@ def respond(args: argparse.Namespace, home: Path, event: Any, started: float) ->
         return ""
     log(home, f"{where}: added {len(context)} characters")
     return hook_output(name, context)
+
+
+def wait_for_owner(home: Path, fields: dict[str, str], options: dict[str, Any], deadline: float) -> Any:
+    """The owner's reply once one answers, asking every POLL_S until `deadline`; None if none does."""
+    while (left := deadline - time.monotonic()) > POLL_S:
+        time.sleep(POLL_S)
+        try:
+            return ask(home, "hook", [fields, options], left - POLL_S)
+        except NoOwner:
+            continue
+    return None
 
 
 def hook_output(event_name: str, context: str) -> str:

@@ -334,8 +334,9 @@ def fake_owner(home: Path, answer: bytes | None) -> Iterator[None]:
 def test_past_its_deadline_or_on_an_error_the_hook_prints_nothing_and_its_log_line_names_the_event(
         home, repos, name, answer, said):
     extra = {"prompt": "which broker carries payment events?"} if name == "UserPromptSubmit" else {"source": "startup"}
-    with fake_owner(home.resolve(), answer):
-        done = run_hook(home.resolve(), event(name, repos["payments"], **extra), "--deadline", "0.5")
+    with fake_owner(home.resolve(), answer):  # a SessionStart has a deadline of its own
+        done = run_hook(home.resolve(), event(name, repos["payments"], **extra), "--deadline", "0.5",
+                        "--start-deadline", "0.5")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     [logged] = (home / "hook.log").read_text().splitlines()
     assert logged.endswith(f" hook: {said}") and "broker" not in logged
@@ -366,6 +367,24 @@ async def test_with_no_owner_the_hook_starts_one_and_the_next_prompt_gets_contex
     assert all("is not answering yet" in line or "no answer within" in line for line in logged[1:-1]), logged
     assert " hook: UserPromptSubmit in project payments: added" in logged[-1]
     assert "owning the memory store" in (home / "owner.log").read_text()  # the owner's own log
+
+
+def test_a_session_started_with_no_owner_waits_for_the_one_it_starts_and_gets_its_decisions(home, repos, tmp_path):
+    """The first session of the day finds no process with the store open: its SessionStart starts
+    an owner and waits for it (`--start-deadline`, long here for a loaded test machine), where a
+    prompt would not wait."""
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(d) for d in DECISIONS) + "\n")
+    subprocess.run([sys.executable, "-m", "agentmemrec.server.cli", "import", str(items), "--project", "payments"],
+                   check=True, capture_output=True, env={**os.environ, "AGENTMEMREC_HOME": str(home)})
+    try:
+        done = run_hook(home, event("SessionStart", repos["payments"], source="startup"), "--start-deadline", "50")
+        assert "partitioned by merchant id" in context_of(done, "SessionStart")
+    finally:
+        stop_started_owner(home)
+    [logged] = (home / "hook.log").read_text().splitlines()
+    assert " hook: SessionStart in project payments: added " in logged  # one line: it waited, then added
+    assert "owning the memory store" in (home / "owner.log").read_text()
 
 
 @pytest.mark.anyio
