@@ -8,6 +8,10 @@ conversation's own questions with coding prompts that have nothing stored behind
 SessionStart event asks for the decisions digest. Target (issue 17): process wall time p50 <= 300
 ms and p95 <= 1 s on this machine.
 
+Then, with no process owning the store, a cold SessionStart (the first session after an hour
+away): the command hook starts an owner and waits for it (`--start-deadline`), each time from no
+owner at all (the one it started is stopped after it).
+
     nice -n 10 python bench/hook_latency.py /work/shared/data/locomo/conv-26.json \
         [--models-home "$AGENTMEMREC_HOME"] --out bench/results/hook-latency.json
 """
@@ -84,12 +88,50 @@ def wait_ready(url: str, secret: str, server: subprocess.Popen, env: dict[str, s
     raise SystemExit("the server did not come up (or finish embedding) in time")
 
 
+def hook_command() -> list[str]:
+    script = Path(sys.executable).with_name("agentmemrec")  # what `setup` writes into the settings
+    return [*([str(script)] if script.is_file() else CLI), "hook", "claude-code", "--project", "conv"]
+
+
+def cold_session_starts(env: dict[str, str], home: Path, times: int) -> dict[str, Any]:
+    """Wall time of a SessionStart that finds no owner, and the share answered with the digest."""
+    event = json.dumps({"hook_event_name": "SessionStart", "cwd": "/", "source": "startup", "session_id": "c"})
+    walls, answered = [], 0
+    for _ in range(times):
+        (home / "owner.starting").unlink(missing_ok=True)  # the last one's: it has left
+        start = time.perf_counter()
+        out = subprocess.run(hook_command(), input=event, capture_output=True, text=True, env=env).stdout
+        walls.append(time.perf_counter() - start)
+        answered += "decisions in force" in out
+        stop_owner(home)
+    return {**percentiles(walls), "answered_share": round(answered / times, 3)}
+
+
+def stop_owner(home: Path) -> None:
+    """Stop the owner the hook started and wait until it has left. Its pid is in the lock file once
+    it holds the lock (until then the file names the last owner, which has left)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pid = int((home / "owner.lock").read_text().split()[0])
+        try:
+            os.kill(pid, 15)
+            break
+        except ProcessLookupError:
+            time.sleep(0.2)
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"the owner the hook started did not leave (lock file: pid {pid})")
+
+
 def measure(prompts: list[str], url: str, secret: str, env: dict[str, str], rounds: int) -> dict[str, Any]:
     command = {"UserPromptSubmit": [], "SessionStart": []}
     http = {"UserPromptSubmit": [], "SessionStart": []}
     answered = {"command_hook": 0, "http_hook": 0}
-    script = Path(sys.executable).with_name("agentmemrec")  # what `setup` writes into the settings
-    hook = [*([str(script)] if script.is_file() else CLI), "hook", "claude-code", "--project", "conv"]
+    hook = hook_command()
     for _ in range(rounds):
         for i, prompt in enumerate(prompts):
             event = {"hook_event_name": "UserPromptSubmit", "cwd": "/", "prompt": prompt, "session_id": "b"}
@@ -108,7 +150,7 @@ def measure(prompts: list[str], url: str, secret: str, env: dict[str, str], roun
             "answered_share": {k: round(n / sum(len(v) for v in command.values()), 3) for k, n in answered.items()}}
 
 
-def run(data: Path, models_home: Path | None, rounds: int) -> dict[str, Any]:
+def run(data: Path, models_home: Path | None, rounds: int, cold: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="agentmemrec-hook-latency-") as tmp:
         home = Path(tmp) / "home"
         env = {**os.environ, "AGENTMEMREC_HOME": str(home)}
@@ -124,6 +166,7 @@ def run(data: Path, models_home: Path | None, rounds: int) -> dict[str, Any]:
         finally:
             server.terminate()
             server.wait(timeout=60)
+        result["cold_session_start"] = cold_session_starts(env, home, cold)
     return {"configuration": models_label(models_home), "events": rounds * len(prompts),
             "load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2), **result}
 
@@ -134,15 +177,17 @@ def main() -> int:
     ap.add_argument("--models-home", type=Path, default=None,
                     help="also measure with the models installed in this home (models/)")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the 60 events (default 2)")
+    ap.add_argument("--cold", type=int, default=5, help="SessionStarts with no owner running (default 5)")
     ap.add_argument("--out", type=Path, required=True, help="where the JSON results go")
     args = ap.parse_args()
-    configurations = [run(args.data, None, args.rounds)]
+    configurations = [run(args.data, None, args.rounds, args.cold)]
     if args.models_home:
-        configurations.append(run(args.data, args.models_home, args.rounds))
+        configurations.append(run(args.data, args.models_home, args.rounds, args.cold))
     write_result(args.out, {"benchmark": "hook_latency", "data": args.data.name,
                             "target": {"p50_ms": 300, "p95_ms": 1000}, "configurations": configurations})
     for c in configurations:
-        print(c["configuration"], "command hook", c["command_hook_all"], "http", c["http_hook"])
+        print(c["configuration"], "command hook", c["command_hook_all"], "http", c["http_hook"],
+              "cold SessionStart", c["cold_session_start"])
     return 0
 
 

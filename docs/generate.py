@@ -508,12 +508,15 @@ def p50_p95(p: dict[str, Any]) -> str:
 @kind("hook-latency")
 def hook_latency(paths: list[str], docs: list[Any], opts: dict[str, str]) -> list[str]:
     head = ["configuration", "events", "command hook p50 / p95 ms", "UserPromptSubmit p50 / p95",
-            "SessionStart p50 / p95", "http hook p50 / p95 ms", "answered (command / http)", "load (1 min)"]
+            "SessionStart p50 / p95", "http hook p50 / p95 ms", "answered (command / http)", "load (1 min)",
+            "SessionStart with no owner p50 / p95 ms (answered)"]
     rows = [[c["configuration"], str(c["events"]), p50_p95(c["command_hook_all"]),
              p50_p95(c["command_hook"]["UserPromptSubmit"]), p50_p95(c["command_hook"]["SessionStart"]),
              p50_p95(c["http_hook"]["UserPromptSubmit"]),
              f"{pct(c['answered_share']['command_hook'])} / {pct(c['answered_share']['http_hook'])}",
-             f"{c['load_1m_before']}-{c['load_1m_after']}"] for c in docs[0]["configurations"]]
+             f"{c['load_1m_before']}-{c['load_1m_after']}",
+             f"{p50_p95(c['cold_session_start'])} ({pct(c['cold_session_start']['answered_share'])})"]
+            for c in docs[0]["configurations"]]
     return grid(head, rows) + [sources(paths, [f"{docs[0]['machine']['cpus']} cores"])]
 
 
