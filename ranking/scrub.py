@@ -61,7 +61,7 @@ def redact_stored(memory: Memory, project: str, dry_run: bool = False, after: in
     return {"project": project, "dry_run": dry_run, "redacted": dict(counts), "queries": queries,
             "units": [{"id": u.id, "ref": u.ref, "kind": u.kind, "fields": sorted(new)} for u, new in changed],
             "named_by_a_secret": [{"id": u.id, "ref": u.ref, "kind": u.kind} for u in named],
-            "read": read, "next": window and window[1]}
+            "read": read, "next": window[1] if window else None}
 
 
 def redact_in_windows(window: Callable[[int | None], dict[str, Any]], on_read: Callable[[int], Any]) -> dict[str, Any]:

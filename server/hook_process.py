@@ -163,11 +163,8 @@ def respond(args: argparse.Namespace, home: Path, event: Any, deadline: float) -
     options = {"project": args.project, "budget": args.budget, "digest_budget": args.digest_budget,
                "project_map": str(args.project_map.expanduser().resolve()) if args.project_map else None}
     fields = {k: event[k] for k in EVENT_FIELDS if isinstance(event.get(k), str)}
-    def left() -> float:
-        return max(deadline - time.monotonic(), 0.01)
-
     try:
-        reply = ask(home, "hook", [fields, options], left())
+        reply = ask(home, "hook", [fields, options], max(deadline - time.monotonic(), 0.01))
     except NoOwner:
         why = start_owner(home)
         reply = wait_for_owner(home, fields, options, deadline) if name == "SessionStart" else None
