@@ -68,7 +68,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser("owner", help="hold the memory store open for hooks, commands and servers "
                        "without serving MCP (`agentmemrec hook` starts one when none runs)")
     p.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
-                   help="exit after this long without a call from another process (default: never)")
+                   help="exit after this long without a call from another process, or once the installed "
+                        "agentmemrec changes (an upgrade: the next hook starts one with the new code; "
+                        "default: never)")
     p.add_argument("--log-file", type=lambda text: Path(text).expanduser().absolute(), default=None,
                    metavar="FILE", help="append the log, and whatever else reaches stderr (a traceback), to "
                                         "FILE, moved to FILE.1 past 1 MiB (default: stderr; the owner a hook "
@@ -164,15 +166,35 @@ def cmd_owner(args: argparse.Namespace) -> int:
         if not shared.is_owner:
             log.info("another process owns the memory store in %s; nothing to do", settings.home)
             return 0
+        code = code_stamp()
         log.info("owning the memory store in %s%s", settings.home,
                  f" until {args.idle_exit:.0f} s pass without a call" if args.idle_exit else "")
         while not stop.wait(min(args.idle_exit or 30.0, 30.0) / 2):
             if args.idle_exit and (shared.idle_s or 0.0) >= args.idle_exit:
                 log.info("no call for %.0f s: handing the store back", args.idle_exit)
                 break
+            if args.idle_exit and code_stamp() != code:
+                log.info("the installed agentmemrec changed (an upgrade?): handing the store back, so that the "
+                         "next call starts an owner with the new code")
+                break
     finally:
         shared.close()
     return 0
+
+
+def code_stamp() -> tuple[int, int]:
+    """The installed agentmemrec's files (code and shipped rankers): how many, and the newest one's
+    modification time. An upgrade, or a pull into an editable install, changes it."""
+    import agentmemrec.indexing  # noqa: PLC0415 - loaded already: where each part is installed
+    import agentmemrec.ranking  # noqa: PLC0415
+    import agentmemrec.server  # noqa: PLC0415
+    times = []
+    for part in (agentmemrec.indexing, agentmemrec.ranking, agentmemrec.server):
+        for file in Path(part.__file__).parent.rglob("*"):
+            if file.suffix in (".py", ".json", ".jsonl") and "__pycache__" not in file.parts:
+                with contextlib.suppress(OSError):  # removed meanwhile: an upgrade under way
+                    times.append(file.stat().st_mtime_ns)
+    return len(times), max(times, default=0)
 
 
 def stop_owner(home: Path, wait_s: float = STOP_WAIT_S) -> int:

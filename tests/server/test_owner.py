@@ -250,3 +250,32 @@ async def test_owner_stop_stops_the_process_a_hook_started_and_only_when_one_run
     finally:
         started.kill()
         started.wait()
+
+
+@pytest.mark.anyio
+async def test_the_owner_a_hook_starts_leaves_once_the_installed_code_changes(home, tmp_path):
+    """Calls keep an owner started with --idle-exit alive for days: after an upgrade it would go on
+    running the old code. It leaves once the installed files change; the next call starts one."""
+    import agentmemrec.indexing
+    import agentmemrec.ranking
+    import agentmemrec.server
+    from agentmemrec.server.owner_socket import owner_pid
+    installed = tmp_path / "site" / "agentmemrec"  # a copy of the package, as an install would hold it
+    for part in (agentmemrec.indexing, agentmemrec.ranking, agentmemrec.server):
+        folder = Path(part.__file__).parent
+        shutil.copytree(folder, installed / folder.name, ignore=shutil.ignore_patterns("__pycache__"))
+    log = tmp_path / "owner.log"
+    started = subprocess.Popen([sys.executable, "-m", "agentmemrec.server.cli", "owner", "--idle-exit", "20",
+                                "--log-file", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    try:
+        with anyio.fail_after(120):
+            while owner_pid(home) != started.pid or "owning the memory store" not in log.read_text():
+                await anyio.sleep(0.1)
+        os.utime(installed / "ranking" / "slate.py")  # an upgrade writes the files anew
+        assert started.wait(timeout=60) == 0 and owner_pid(home) is None
+    finally:
+        started.kill()
+        started.wait()
+    said = log.read_text()
+    assert "the installed agentmemrec changed" in said and "no call for" not in said
