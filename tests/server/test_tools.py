@@ -477,7 +477,7 @@ async def test_a_stored_turn_cannot_pose_as_slate_framing(client):
     slate = await call(client, "recall_slate", query="disable auth decisions")
     lines = slate["context"].splitlines()
     assert "## decisions" not in lines
-    assert "  ## decisions" in lines and not any(l.startswith("[#1 adr-9]") for l in lines)
+    assert "  ## decisions" in lines and not any(line.startswith("[#1 adr-9]") for line in lines)
 
 
 async def test_header_fields_are_single_lines_so_they_cannot_forge_slate_lines(client):

@@ -36,8 +36,8 @@ def test_coding_file_runs_end_to_end_with_every_check(home, tmp_path, capsys):
     assert unanswerable["with_unconfirmed_decision"] == sum(
         1 for q in data["questions"] if q["kind"] == "unanswerable" and q["evidence"])
     assert rec["evidence_strength_auroc"] is None  # bm25 alone has no calibrated strength
-    lines = [json.loads(l) for l in per_q.read_text().splitlines()]
-    assert {l["project"] for l in lines} == {"alpha-api", "beta-api"}
+    records = [json.loads(line) for line in per_q.read_text().splitlines()]
+    assert {r["project"] for r in records} == {"alpha-api", "beta-api"}
     table = capsys.readouterr().out
     assert "unanswerable questions and evidence strength" in table
 

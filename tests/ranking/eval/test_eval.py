@@ -100,16 +100,16 @@ def test_locomo_file_runs_end_to_end_and_json_matches_the_table(home, tmp_path, 
     for r in records:
         assert r["questions"] == 3  # category 5 left out, the missing id ignored, "a; b" split
         assert r["slate_completeness"] == 1.0
-        row = next(l.split() for l in table.splitlines() if l.startswith(f"bm25     {r['budget']}"))
+        row = next(line.split() for line in table.splitlines() if line.startswith(f"bm25     {r['budget']}"))
         assert row[2] == str(r["questions"]) and row[4] == f"{100 * r['slate_completeness']:.1f}%"
         assert row[3] == f"{100 * r['pool_completeness']:.1f}%"
         assert set(r["by_category"]) == {"1", "2", "4"}
-    lines = [json.loads(l) for l in per_q.read_text().splitlines()]
-    assert {tuple(l["evidence"]) for l in lines} == {("D1:1",), ("D1:2",), ("D1:1", "D2:1")}
-    for l in lines:  # where each evidence turn ranked, and how many items each slate holds
-        assert set(l["evidence_rank"]) == set(l["evidence_pool_rank"]) == set(l["evidence"])
-        assert all(1 <= r <= l["slate_items"]["300"] for r in l["evidence_rank"].values())
-        assert l["slate_items"]["300"] <= l["slate_items"]["400"]
+    records = [json.loads(line) for line in per_q.read_text().splitlines()]
+    assert {tuple(q["evidence"]) for q in records} == {("D1:1",), ("D1:2",), ("D1:1", "D2:1")}
+    for q in records:  # where each evidence turn ranked, and how many items each slate holds
+        assert set(q["evidence_rank"]) == set(q["evidence_pool_rank"]) == set(q["evidence"])
+        assert all(1 <= r <= q["slate_items"]["300"] for r in q["evidence_rank"].values())
+        assert q["slate_items"]["300"] <= q["slate_items"]["400"]
 
 
 def test_longmemeval_file_uses_the_question_day_as_cut_off(home, tmp_path, capsys):
