@@ -47,7 +47,7 @@ MAX_CONNECTIONS = 32  # calls the owner serves at once, each in a thread of its 
 MAX_LINE = MAX_BATCH * (6 * MAX_TEXT_BYTES + 64 * 1024)  # a valid call's longest: every byte JSON-escaped
 ANSWER_WAIT_S = 300.0  # a live owner that takes longer than this is stuck (or stopped, ^Z)
 REPEATABLE = frozenset({"remember", "ingest", "recall", "explain", "projects", "sources", "tokens.list",
-                        "tokens.principal", "hook", "decisions", "kinds", "show", "notes", "redact_stored"})
+                        "tokens.principal", "hook", "decisions", "kinds", "show", "notes", "redact_stored", "export"})
 WRITES = frozenset({"remember", "ingest", "forget", "rename_ref", "tokens.add", "tokens.revoke", "redact_stored"})
 
 
@@ -91,7 +91,7 @@ def _operations(memory: Memory) -> dict[str, Callable[..., Any]]:
     store = memory.store
     return {"remember": memory.remember, "ingest": memory.ingest, "recall": memory.recall,
             "explain": memory.explain, "forget": memory.forget, "redact_stored": partial(redact_stored, memory),
-            "projects": store.projects, "rename_ref": store.rename_ref,
+            "projects": store.projects, "rename_ref": store.rename_ref, "export": partial(views.export_items, store),
             "sources": lambda project, prefixes, under="": store.sources(project, tuple(prefixes), under),
             "tokens.add": partial(principals.add_token, store),
             "tokens.list": partial(principals.list_tokens, store),

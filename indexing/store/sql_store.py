@@ -315,6 +315,24 @@ class SqlStore(ABC):
     def count_units(self, project: str) -> int:
         return int(self.fetch_one("SELECT count(*) FROM units WHERE project = ?", [project])[0])
 
+    def items_after(self, project: str, after: int, count: int) -> list[list[Unit]]:
+        """The project's next `count` items whose first chunk's id is past `after`, in id order,
+        each as its chunks in order (an item's chunks share its ref, or without one its hash)."""
+        with self.reading() as cur:
+            firsts = [row_to_unit(r) for r in cur.execute(
+                f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND chunk = 0 AND id > ? ORDER BY id LIMIT ?",
+                [project, after, count]).fetchall()]
+            refs = [u.ref for u in firsts if u.ref]
+            hashes = [u.content_hash for u in firsts if not u.ref]
+            rest: dict[str | None, list[Unit]] = {}
+            for row in cur.execute(  # the later chunks of notes and long turns, in one query
+                    f"SELECT {UNIT_COLUMNS} FROM units WHERE project = ? AND chunk > 0 AND "
+                    "(ref IN (SELECT unnest(?::VARCHAR[])) OR (ref IS NULL AND content_hash IN "
+                    "(SELECT unnest(?::VARCHAR[])))) ORDER BY chunk", [project, refs, hashes]).fetchall():
+                unit = row_to_unit(row)
+                rest.setdefault(unit.ref or unit.content_hash, []).append(unit)
+        return [[u, *rest.get(u.ref or u.content_hash, [])] for u in firsts]
+
     def id_window(self, project: str, after: int, count: int) -> tuple[int, int] | None:
         """The first and last ids of the project's next `count` units after id `after` (fewer
         where fewer are left); None when none is."""

@@ -72,6 +72,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--all-projects", action="store_true", help="every project in the store, not one")
     p.add_argument("--dry-run", action="store_true", help="say what would change, and change nothing")
 
+    p = sub.add_parser("export", help="write a project's items as JSONL that `import` reads: a backup, or a move "
+                       "to another store")
+    project_args(p)
+    p.add_argument("--out", type=Path, default=None, help="the file to write (default: standard output)")
+
     p = sub.add_parser("tokens", help="bearer tokens for `serve --http`")
     tokens = p.add_subparsers(dest="tokens_command", required=True)
     add = tokens.add_parser("add", help="make a token for NAME; prints its secret once")
@@ -84,7 +89,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     for command in (add, listing, revoke):
         store_arg(command)
     return {"import": cmd_import, "watch": cmd_watch, "recall": cmd_recall, "explain": cmd_explain,
-            "forget": cmd_forget, "redact": cmd_redact, "tokens": cmd_tokens}
+            "forget": cmd_forget, "redact": cmd_redact, "export": cmd_export,
+            "tokens": cmd_tokens}
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -292,6 +298,43 @@ def redact_project(memory: Any, project: str, dry_run: bool, units: int) -> dict
     with tqdm(total=units, desc=f"redact {project}", unit="unit", file=sys.stderr, mininterval=1.0) as bar:
         return redact_in_windows(lambda after: memory.call("redact_stored", project, dry_run, after, REDACT_SPAN),
                                  bar.update)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Every item of a project, oldest first, one JSON object a line (`views.export_items`, asked
+    window by window through the owner), with a progress bar on stderr."""
+    from tqdm import tqdm  # noqa: PLC0415
+    settings = Settings.load(args.project, store=args.store)
+    memory = read_memory(settings)  # a home with no store has nothing to export: none is made
+    try:
+        units = memory.projects().get(settings.project)
+        if not units:
+            raise InputError(f"project {settings.project} holds nothing to export; `agentmemrec ls` lists the projects")
+        out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
+        written = unlinked = 0
+        try:
+            with tqdm(total=units, desc=f"export {settings.project}", unit="unit", file=sys.stderr,
+                      mininterval=1.0) as bar:
+                after = None
+                while True:
+                    part = memory.call("export", settings.project, after, IMPORT_BATCH)
+                    out.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in part["items"])
+                    written, unlinked = written + len(part["items"]), unlinked + part["unlinked"]
+                    bar.update(part["read"])
+                    if (after := part["next"]) is None:
+                        break
+        finally:
+            if args.out:
+                out.close()
+    finally:
+        memory.close()
+    where = args.out or "standard output"
+    log.info("%d items of project %s written to %s (`agentmemrec import FILE --project P` reads them)",
+             written, settings.project, where)
+    if unlinked:
+        log.warning("%d decisions replace a decision without a ref: their `supersedes` is left out (only a "
+                    "ref names a decision in another store)", unlinked)
+    return 0
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:

@@ -93,6 +93,30 @@ def test_redact_scrubs_what_was_stored_before_and_leaves_no_secret_in_the_saved_
     assert capsys.readouterr().out == "-- project nowhere holds nothing; `agentmemrec ls` lists the projects\n"
 
 
+def test_export_writes_what_import_reads_and_nothing_else_on_stdout(home, tmp_path, capsys):
+    src = tmp_path / "items.jsonl"
+    src.write_text("\n".join(json.dumps(i) for i in [
+        {"kind": "decision", "ref": "adr-1", "title": "RabbitMQ", "text": "Events over RabbitMQ."},
+        {"kind": "decision", "ref": "adr-2", "title": "Kafka", "text": "Events on Kafka.", "supersedes": "adr-1"},
+        {"kind": "turn", "session": "s", "speaker": "dana", "text": "keep RabbitMQ for email jobs"}]))
+    assert main(["import", str(src), "--project", "shop"]) == 0
+    capsys.readouterr()
+    assert main(["export", "--project", "shop"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["kind"] for line in out.splitlines()] == ["decision", "decision", "turn"]
+    assert "export shop: 100%" in err
+    dump = tmp_path / "shop.jsonl"
+    assert main(["export", "--project", "shop", "--out", str(dump)]) == 0 and dump.read_text() == out
+    assert main(["import", str(dump), "--project", "copy"]) == 0
+    capsys.readouterr()
+    for project in ("shop", "copy"):
+        assert main(["ls", "--decisions", "--project", project]) == 0
+    shop, copy = re.sub(r"#[0-9]+", "#N", capsys.readouterr().out).split("# decisions in force in project copy")
+    assert "adr-1] decision replaced by #N" in copy and shop == "# decisions in force in project shop" + copy
+    assert main(["export", "--project", "nowhere"]) == 2
+    assert "project nowhere holds nothing to export" in capsys.readouterr().err
+
+
 def test_the_store_comes_from_the_environment_and_a_bad_url_is_refused(home, pg_url, monkeypatch, capsys):
     monkeypatch.setenv("AGENTMEMREC_STORE", pg_url)
     assert main(["tokens", "add", "ci-bot", "--projects", "infra"]) == 0
