@@ -23,6 +23,9 @@ def show(store: Store, project: str, ref: str) -> list[Unit]:
     return sorted(store.units(project, ids).values(), key=lambda u: u.chunk)
 
 
+COPIED = ("session", "role", "speaker", "title", "status", "path")  # item fields a unit keeps as they were
+
+
 def export_items(store: Store, project: str, after: int | None = None, count: int = 1000) -> dict[str, Any]:
     """The project's items as `remember` takes them (one JSON object a line of `agentmemrec
     import`), `count` at a time in the order they were first written: the next ones after the
@@ -37,18 +40,14 @@ def export_items(store: Store, project: str, after: int | None = None, count: in
     items, unlinked = [], 0
     for chunks in groups:
         first = chunks[0]
-        item: dict[str, Any] = {"kind": first.kind, "ref": first.ref, "at": first.at.isoformat()}
-        if first.kind == "note":
-            item.update(path=first.path, text=note_text(chunks))
-            if first.ref == first.path:  # the default: a note is keyed by its path
-                del item["ref"]
-        elif first.kind == "turn":
-            item.update(text="\n\n".join(u.text for u in chunks), session=first.session, role=first.role,
-                        speaker=first.speaker)
-        else:
-            old = replaced.get(first.supersedes) if first.supersedes is not None else None
-            unlinked += first.supersedes is not None and (old is None or old.ref is None)
-            item.update(text=first.text, title=first.title, status=first.status, supersedes=old.ref if old else None)
+        item: dict[str, Any] = {
+            "kind": first.kind, "ref": None if first.kind == "note" and first.ref == first.path else first.ref,
+            "text": note_text(chunks) if first.kind == "note" else "\n\n".join(u.text for u in chunks),
+            "at": first.at.isoformat(), **{f: getattr(first, f) for f in COPIED}}
+        if first.supersedes is not None:  # a decision: the replaced one by its ref, which another store knows
+            old = replaced.get(first.supersedes)
+            item["supersedes"] = old.ref if old else None
+            unlinked += item["supersedes"] is None
         items.append({k: v for k, v in item.items() if v is not None})
     return {"items": items, "read": sum(map(len, groups)), "unlinked": unlinked,
             "next": groups[-1][0].id if len(groups) == count else None}

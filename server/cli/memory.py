@@ -310,7 +310,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         units = memory.projects().get(settings.project)
         if not units:
             raise InputError(f"project {settings.project} holds nothing to export; `agentmemrec ls` lists the projects")
-        out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
+        partial = args.out.with_name(args.out.name + ".partial") if args.out else None  # FILE only once whole
+        out = partial.open("w", encoding="utf-8") if partial else sys.stdout
         written = unlinked = 0
         try:
             with tqdm(total=units, desc=f"export {settings.project}", unit="unit", file=sys.stderr,
@@ -323,9 +324,14 @@ def cmd_export(args: argparse.Namespace) -> int:
                     bar.update(part["read"])
                     if (after := part["next"]) is None:
                         break
-        finally:
-            if args.out:
+        except BaseException:
+            if partial:
                 out.close()
+                partial.unlink()
+            raise
+        if partial:
+            out.close()
+            partial.replace(args.out)
     finally:
         memory.close()
     where = args.out or "standard output"

@@ -107,6 +107,7 @@ def test_export_writes_what_import_reads_and_nothing_else_on_stdout(home, tmp_pa
     assert "export shop: 100%" in err
     dump = tmp_path / "shop.jsonl"
     assert main(["export", "--project", "shop", "--out", str(dump)]) == 0 and dump.read_text() == out
+    assert [f.name for f in tmp_path.iterdir() if f.suffix == ".partial"] == []  # written whole, then named
     assert main(["import", str(dump), "--project", "copy"]) == 0
     capsys.readouterr()
     for project in ("shop", "copy"):
