@@ -15,7 +15,7 @@ from agentmemrec.indexing.units import Unit
 RRF_K = 60
 # On LoCoMo the RRF pool holds all of a question's evidence for 83.4% of questions at 128
 # candidates, 91.6% at 256, 99.2% at 512 and 100% at 768; the learned ranker can only use what
-# the pool holds, and ranking 512 candidates stays cheap for LightGBM (README, Evaluation).
+# the pool holds, and ranking 512 candidates stays cheap for LightGBM (docs/evaluation.md).
 DEFAULT_POOL = 512
 # The channels search side by side: the dense one spends most of its time embedding the query in
 # ONNX Runtime, which releases the GIL while BM25 scores its postings.

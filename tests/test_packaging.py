@@ -98,8 +98,8 @@ def test_every_distribution_the_package_imports_is_declared_not_only_present_thr
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
 
 
-def test_the_readme_says_how_to_uninstall_with_commands_that_exist():
-    section = README.split("## Uninstall", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_say_how_to_uninstall_with_commands_that_exist():
+    section = (ROOT / "docs" / "usage.md").read_text().split("## Uninstall", 1)[1].split("\n## ", 1)[0]
     commands = [line.split("#")[0].strip() for line in sh_blocks(section)[0].splitlines()]
     assert commands[-1] == "pip uninstall agentmemrec"
     for command in (c.split()[1:] for c in commands if c.startswith("agentmemrec ")):
