@@ -46,6 +46,7 @@ ITEM_FIELDS = ("kind", "text", "ref", "session", "role", "speaker", "at", "title
 # a stored unit's free-text fields (a note's heading trail comes from its text): what redaction
 # may rewrite in place (`Store.rewrite`)
 TEXT_FIELDS = ("text", "title", "speaker", "session", "heading")
+TRAIL = " > "  # between the headings of a note chunk's heading trail (`Deploys > Rollback`)
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,7 @@ def _sections(text: str) -> list[tuple[str | None, str]]:
         if match:
             level = len(match.group(1))
             trail = [t for t in trail if t[0] < level] + [(level, match.group(2).strip("# "))]
-            sections.append((" > ".join(t[1] for t in trail), []))  # the trail replaces the line
+            sections.append((TRAIL.join(t[1] for t in trail), []))  # the trail replaces the line
         else:
             sections[-1][1].append(line)
     return [(h, "\n".join(lines).strip()) for h, lines in sections if "\n".join(lines).strip()]

@@ -55,6 +55,9 @@ class Channel(Protocol):
 
     def search(self, project: str, query: str, k: int, exclude: set[int]) -> Sequence[Hit]: ...
 
+    def purge(self, project: str) -> None:
+        """After units are forgotten or rewritten: what the channel saved on disk keeps none of their words."""
+
 
 def rrf_score(ranks: Sequence[int], k: int = RRF_K) -> float:
     """Reciprocal Rank Fusion (Cormack, Clarke and Buettcher, SIGIR 2009): sum of 1 / (k + rank)."""

@@ -250,7 +250,6 @@ def explain(memory: "Memory", slate_id: str, allowed: set[str] | frozenset[str],
     return payload
 
 
-
 def _unit_fields(u: Unit) -> dict[str, Any]:
     return {"ref": u.ref, "kind": u.kind, "session": u.session, "role": u.role,
             "status": u.status, "path": u.path, "at": u.at.isoformat()}

@@ -224,8 +224,7 @@ class Memory:
     def purge(self, project: str) -> None:
         """Words that no stored unit holds any more leave the indexes saved on disk."""
         for channel in self.channels:
-            if hasattr(channel, "purge"):
-                channel.purge(project)
+            channel.purge(project)
 
     def rewritten(self, project: str, ids: Iterable[int]) -> None:
         """Units stored or changed in place are embedded: by the worker, or by `embed_written`."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from agentmemrec.indexing.errors import InputError
 from agentmemrec.indexing.store.protocol import Store
-from agentmemrec.indexing.units import Unit, check_names, check_project, id_hint
+from agentmemrec.indexing.units import TRAIL, Unit, check_names, check_project, id_hint
 
 
 def show(store: Store, project: str, ref: str) -> list[Unit]:
@@ -59,7 +59,7 @@ def note_text(chunks: list[Unit]) -> str:
     out: list[str] = []
     trail: list[str] = []
     for chunk in chunks:
-        steps = chunk.heading.split(" > ") if chunk.heading else []
+        steps = chunk.heading.split(TRAIL) if chunk.heading else []
         if steps != trail:
             kept = next((i for i, (a, b) in enumerate(zip(trail, steps)) if a != b), min(len(trail), len(steps)))
             out += [f"{'#' * (level + 1)} {name}" for level, name in enumerate(steps) if level >= kept]

@@ -225,7 +225,10 @@ class LexicalIndex:
         current = self.snapshot(project)
         pruned = current.without_dead_terms()
         if pruned is not current:  # else the saved vocabulary holds no dead word either (it is a prefix)
-            self._snapshots.replace(project, lambda: (self._persist(pruned), pruned)[1])
+            def saved() -> LexicalSnapshot:
+                self._persist(pruned)
+                return pruned
+            self._snapshots.replace(project, saved)
 
     def rebuild(self, project: str) -> LexicalSnapshot:
         """From every row, a chunk of rows per part (memory stays bounded)."""
